@@ -1,0 +1,64 @@
+"""First run: the ``default`` workspace (tier ``scale``) and its first service key.
+
+Runs at every start and is idempotent. The workspace is created at most once, even by
+several instances starting together (``INSERT … ON CONFLICT DO NOTHING`` decides who).
+Whoever creates it also creates a service key and prints it once — unless
+``MNEME_BOOTSTRAP_KEY`` is set, in which case that key is registered instead (and on
+later starts too, if it is not registered yet).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import asyncpg
+
+from service.queries import keys, tenancy
+
+log = logging.getLogger("mneme.bootstrap")
+
+DEFAULT_WORKSPACE = "default"
+ALL_SCOPES = list(keys.SCOPES)
+
+
+async def bootstrap(
+    conn: asyncpg.Connection, bootstrap_key: str | None, announce: Callable[[str], None]
+) -> None:
+    created = await tenancy.create_workspace(conn, DEFAULT_WORKSPACE, "scale")
+    workspace = created or await tenancy.workspace_by_name(conn, DEFAULT_WORKSPACE)
+    assert workspace is not None
+    if bootstrap_key is not None:
+        owner = await keys.key_workspace(conn, bootstrap_key)
+        if owner is None:
+            await keys.create_key(
+                conn,
+                workspace.id,
+                kind="service",
+                member=None,
+                scopes=ALL_SCOPES,
+                name="bootstrap",
+                secret=bootstrap_key,
+            )
+            log.info("registered MNEME_BOOTSTRAP_KEY as the default workspace's service key")
+        elif owner != workspace.id:
+            log.warning("MNEME_BOOTSTRAP_KEY is registered in another workspace; left as it is")
+    elif created is not None:
+        _, secret = await keys.create_key(
+            conn,
+            workspace.id,
+            kind="service",
+            member=None,
+            scopes=ALL_SCOPES,
+            name="first-run",
+        )
+        announce(secret)
+
+
+def print_first_key(secret: str) -> None:
+    print(
+        "Mneme created the 'default' workspace. Its service key is shown only this once;\n"
+        "store it now (more keys: `mneme keys create`):\n\n"
+        f"    {secret}\n",
+        flush=True,
+    )

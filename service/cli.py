@@ -1,0 +1,289 @@
+"""The ``mneme`` command: serve, migrate, and workspace/member/room/key administration.
+
+Commands that create a secret (``keys create``, ``workspaces create``) print only that
+secret on stdout, so scripts can capture it; everything else a person needs goes to
+stderr. Every command uses the same database rules as ``serve``: the embedded default
+starts (and migrates) its own PostgreSQL, an external database must be current.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
+
+import asyncpg
+
+from service import db, migrations
+from service.ids import is_name
+from service.queries import keys, tenancy
+from service.settings import TIERS, Settings, SettingsError
+
+
+class CliError(Exception):
+    """A user-facing failure: printed as ``mneme: error: …`` with exit status 1."""
+
+
+def _print_rows(header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    table = [list(header)] + [["" if v is None else str(v) for v in r] for r in rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    for r in table:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)).rstrip())
+
+
+async def _workspace(pool: asyncpg.Pool, name: str) -> tenancy.Workspace:
+    ws = await tenancy.workspace_by_name(pool, name)
+    if ws is None:
+        raise CliError(f"no workspace named {name!r} (see `mneme workspaces list`)")
+    return ws
+
+
+def _split(raw: str) -> list[str]:
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+# --- commands -----------------------------------------------------------------------------
+
+
+def cmd_serve(settings: Settings, args: argparse.Namespace) -> None:
+    from aiohttp import web
+
+    from service import logs
+    from service.app import create_app
+
+    logs.configure(settings.log_level)
+    app = create_app(settings)
+    print(f"Mneme listening on http://{settings.host}:{settings.port}", file=sys.stderr)
+    web.run_app(
+        app,
+        host=settings.host,
+        port=settings.port,
+        shutdown_timeout=settings.shutdown_timeout,
+        access_log=None,
+        print=None,
+    )
+
+
+async def cmd_migrate(settings: Settings, args: argparse.Namespace) -> None:
+    url = await db.resolve_url(settings)
+    conn = await asyncpg.connect(url)
+    try:
+        if args.status:
+            states = await migrations.status(conn)
+            _print_rows(
+                ["version", "name", "state"], [(s.version, s.name, s.state) for s in states]
+            )
+            return
+        applied = await migrations.migrate(conn)
+    finally:
+        await conn.close()
+    if applied:
+        for name in applied:
+            print(f"applied {name}", file=sys.stderr)
+    else:
+        print("database is up to date", file=sys.stderr)
+
+
+async def cmd_workspaces(settings: Settings, args: argparse.Namespace) -> None:
+    async with db.connect(settings) as pool:
+        if args.action == "list":
+            found = await tenancy.list_workspaces(pool)
+            _print_rows(["id", "name", "tier"], [(w.id, w.name, w.tier) for w in found])
+        elif args.action == "create":
+            if not is_name(args.name):
+                raise CliError(f"invalid workspace name {args.name!r}")
+            async with pool.acquire() as conn:
+                ws = await tenancy.create_workspace(conn, args.name, args.tier)
+                if ws is None:
+                    raise CliError(f"workspace {args.name!r} already exists")
+                _, secret = await keys.create_key(
+                    conn,
+                    ws.id,
+                    kind="service",
+                    member=None,
+                    scopes=list(keys.SCOPES),
+                    name="workspace-admin",
+                )
+            print(secret)
+        elif args.action == "set-tier":
+            ws = await _workspace(pool, args.name)
+            await tenancy.set_workspace_tier(pool, ws.id, args.tier)
+            print(f"workspace {ws.name} is now on tier {args.tier}", file=sys.stderr)
+
+
+async def cmd_keys(settings: Settings, args: argparse.Namespace) -> None:
+    async with db.connect(settings) as pool:
+        ws = await _workspace(pool, args.workspace)
+        if args.action == "create":
+            scopes = _split(args.scopes)
+            unknown = [s for s in scopes if s not in keys.SCOPES]
+            if not scopes or unknown:
+                raise CliError(
+                    f"--scopes takes a comma-separated subset of {', '.join(keys.SCOPES)}"
+                )
+            if args.kind == "personal":
+                if args.member is None:
+                    raise CliError("a personal key needs --member")
+                if await tenancy.get_member(pool, ws.id, args.member) is None:
+                    raise CliError(f"no member {args.member!r} in workspace {ws.name!r}")
+            elif args.member is not None:
+                raise CliError("a service key is workspace-wide: drop --member")
+            _, secret = await keys.create_key(
+                pool,
+                ws.id,
+                kind=args.kind,
+                member=args.member,
+                scopes=[s for s in keys.SCOPES if s in scopes],
+                name=args.name,
+            )
+            print(secret)
+        elif args.action == "list":
+            found = await keys.list_keys(pool, ws.id)
+            _print_rows(
+                ["id", "kind", "member", "scopes", "name", "created_at", "revoked_at"],
+                [
+                    (
+                        k.id,
+                        k.kind,
+                        k.member,
+                        ",".join(k.scopes),
+                        k.name,
+                        k.created_at.isoformat(timespec="seconds"),
+                        k.revoked_at.isoformat(timespec="seconds") if k.revoked_at else None,
+                    )
+                    for k in found
+                ],
+            )
+        elif args.action == "revoke":
+            if not await keys.revoke_key(pool, ws.id, args.key_id):
+                raise CliError(f"no key {args.key_id!r} in workspace {ws.name!r}")
+            print(f"revoked {args.key_id}", file=sys.stderr)
+
+
+async def cmd_members(settings: Settings, args: argparse.Namespace) -> None:
+    async with db.connect(settings) as pool:
+        ws = await _workspace(pool, args.workspace)
+        if args.action == "create":
+            if not is_name(args.id):
+                raise CliError(f"invalid member id {args.id!r}")
+            if await tenancy.create_member(pool, ws.id, args.id, args.kind, args.name) is None:
+                raise CliError(f"member {args.id!r} already exists")
+            print(f"created member {args.id}", file=sys.stderr)
+        elif args.action == "list":
+            found = await tenancy.list_members(pool, ws.id)
+            _print_rows(["id", "kind", "name"], [(m.id, m.kind, m.name) for m in found])
+
+
+async def cmd_rooms(settings: Settings, args: argparse.Namespace) -> None:
+    async with db.connect(settings) as pool, pool.acquire() as conn:
+        ws = await _workspace(pool, args.workspace)
+        if args.action == "create":
+            members = _split(args.members)
+            bad = [m for m in [args.id, *members] if not is_name(m)]
+            if bad:
+                raise CliError(f"invalid id(s): {', '.join(bad)}")
+            if await tenancy.create_room(conn, ws.id, args.id, sorted(set(members))) is None:
+                raise CliError(f"room {args.id!r} already exists")
+            print(f"created room {args.id}", file=sys.stderr)
+        elif args.action == "list":
+            found = await tenancy.list_rooms(conn, ws.id)
+            _print_rows(["id", "members"], [(r.id, ",".join(r.members)) for r in found])
+        elif args.action in ("add", "remove"):
+            change = tenancy.add_room_member if args.action == "add" else tenancy.remove_room_member
+            if not is_name(args.member):
+                raise CliError(f"invalid member id {args.member!r}")
+            if await change(conn, ws.id, args.room, args.member) is None:
+                raise CliError(f"no room {args.room!r} in workspace {ws.name!r}")
+
+
+# --- parser -------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mneme", description="Long-term memory service for AI agents."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sub.add_parser("serve", help="run the HTTP service (and, by default, the embedding worker)")
+
+    p = sub.add_parser("migrate", help="apply pending database migrations")
+    p.add_argument("--status", action="store_true", help="list migrations and their state")
+
+    p = sub.add_parser("workspaces", help="manage workspaces")
+    wsub = p.add_subparsers(dest="action", required=True)
+    c = wsub.add_parser("create", help="create a workspace; prints its service key")
+    c.add_argument("name")
+    c.add_argument("--tier", choices=TIERS, default="free")
+    wsub.add_parser("list", help="list workspaces")
+    c = wsub.add_parser("set-tier", help="change a workspace's plan tier")
+    c.add_argument("name")
+    c.add_argument("tier", choices=TIERS)
+
+    def with_workspace(q: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        q.add_argument("--workspace", default="default", help="workspace name (default: default)")
+        return q
+
+    p = sub.add_parser("keys", help="manage API keys")
+    ksub = p.add_subparsers(dest="action", required=True)
+    c = with_workspace(ksub.add_parser("create", help="create a key; prints only the secret"))
+    c.add_argument("--kind", choices=keys.KINDS, default="service")
+    c.add_argument(
+        "--scopes",
+        default="memory:read,memory:write",
+        help="comma-separated: memory:read, memory:write, admin",
+    )
+    c.add_argument("--member", help="member a personal key acts for")
+    c.add_argument("--name", help="a label for the key")
+    with_workspace(ksub.add_parser("list", help="list keys (never their secrets)"))
+    c = with_workspace(ksub.add_parser("revoke", help="revoke a key"))
+    c.add_argument("key_id")
+
+    p = sub.add_parser("members", help="manage members")
+    msub = p.add_subparsers(dest="action", required=True)
+    c = with_workspace(msub.add_parser("create", help="register a member"))
+    c.add_argument("id")
+    c.add_argument("--kind", choices=("human", "agent"), required=True)
+    c.add_argument("--name")
+    with_workspace(msub.add_parser("list", help="list members"))
+
+    p = sub.add_parser("rooms", help="manage rooms")
+    rsub = p.add_subparsers(dest="action", required=True)
+    c = with_workspace(rsub.add_parser("create", help="create a room"))
+    c.add_argument("id")
+    c.add_argument("--members", default="", help="comma-separated member ids")
+    with_workspace(rsub.add_parser("list", help="list rooms"))
+    for action in ("add", "remove"):
+        c = with_workspace(rsub.add_parser(action, help=f"{action} a room member"))
+        c.add_argument("room")
+        c.add_argument("member")
+    return parser
+
+
+ASYNC_COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], Coroutine[Any, Any, None]]] = {
+    "migrate": cmd_migrate,
+    "workspaces": cmd_workspaces,
+    "keys": cmd_keys,
+    "members": cmd_members,
+    "rooms": cmd_rooms,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = Settings.from_env()
+        if args.command == "serve":
+            cmd_serve(settings, args)
+        else:
+            asyncio.run(ASYNC_COMMANDS[args.command](settings, args))
+    except (CliError, SettingsError, migrations.MigrationError) as exc:
+        print(f"mneme: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

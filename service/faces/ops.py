@@ -1,0 +1,77 @@
+"""Operational endpoints (no key needed): liveness, readiness, metrics, API description."""
+
+from __future__ import annotations
+
+import logging
+from importlib import resources
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from service import migrations
+from service.jsonutil import json_response
+from service.state import HEALTH, METRICS, POOL
+
+log = logging.getLogger("mneme.ops")
+
+QUEUE = """
+SELECT count(*) AS depth,
+       coalesce(extract(epoch FROM now() - min(updated_at)), 0)::float8 AS lag
+FROM memories WHERE embedding_status = 'pending'
+"""
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    body: dict[str, Any] = {
+        "status": "ok",
+        "database": "ok",
+        "migrations": "ok",
+        "model": request.app[HEALTH].model,
+        "embeddingQueue": 0,
+    }
+    try:
+        async with request.app[POOL].acquire() as conn:
+            row = await conn.fetchrow(QUEUE)
+            assert row is not None
+            body["embeddingQueue"] = row["depth"]
+            try:
+                await migrations.check_current(conn)
+            except migrations.MigrationError as exc:
+                body["migrations"] = str(exc)
+    except Exception:
+        log.exception("readiness check: database unreachable")
+        body["database"] = "unreachable"
+    if body["database"] != "ok" or body["migrations"] != "ok" or body["model"] == "failed":
+        body["status"] = "unavailable"
+        return json_response(body, status=503)
+    return json_response(body)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    m = request.app[METRICS]
+    try:
+        row = await request.app[POOL].fetchrow(QUEUE)
+        assert row is not None
+        m.embedding_queue.set(row["depth"])
+        m.embedding_lag.set(row["lag"])
+    except Exception:
+        log.exception("metrics: could not read the embedding queue")
+    body = generate_latest(m.registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def _static(name: str) -> bytes:
+    return resources.files("service").joinpath("static", name).read_bytes()
+
+
+async def openapi(request: web.Request) -> web.Response:
+    return web.Response(body=_static("openapi.json"), content_type="application/json")
+
+
+async def llms_txt(request: web.Request) -> web.Response:
+    return web.Response(body=_static("llms.txt"), content_type="text/plain", charset="utf-8")

@@ -1,0 +1,149 @@
+"""The two middlewares: request context (id, errors, metrics, access log) and access control.
+
+``context_middleware`` is outermost. Whatever happens inside — an ``ApiError``, one of
+aiohttp's own HTTP exceptions (unmatched route 404, 405, body too large 413) or an
+unexpected exception — leaves as the one error shape with a ``request-id`` header. A
+500 never carries exception text; the log line does, under the same request id.
+
+``access_middleware`` authenticates the key for routes that need one, applies the
+workspace rate limit, then checks the route's scope. Requests refused with 401 are not
+counted toward the rate limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from service.errors import KIND_BY_STATUS, ApiError, render_error
+from service.ids import new_id
+from service.queries import keys, ratelimit
+from service.queries.keys import Principal
+from service.state import METRICS, POOL, ROUTE_SPECS, SETTINGS
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+log = logging.getLogger("mneme.http")
+access_log = logging.getLogger("mneme.access")
+
+PRINCIPAL = web.RequestKey("principal", Principal)
+REQUEST_ID = web.RequestKey("request_id", str)
+
+
+def _from_http_exception(request: web.Request, exc: web.HTTPException) -> ApiError:
+    status = exc.status
+    if status == 404:
+        message = f"No route matches {request.method} {request.path}"
+    elif status == 405:
+        allowed = exc.headers.get("Allow", "")
+        message = f"Method {request.method} is not allowed on {request.path}"
+        if allowed:
+            message += f"; allowed: {allowed}"
+        return ApiError(405, message, kind="invalid_request_error", headers={"Allow": allowed})
+    elif status == 413:
+        max_mib = request.app[SETTINGS].max_body_bytes // (1024 * 1024)
+        message = f"Request body is larger than {max_mib} MiB; split a large batch into several"
+    else:
+        message = exc.reason or "Request failed"
+    return ApiError(status, message, kind=KIND_BY_STATUS.get(status, "invalid_request_error"))
+
+
+@web.middleware
+async def context_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    request_id = new_id("req")
+    request[REQUEST_ID] = request_id
+    started = time.perf_counter()
+    response: web.StreamResponse
+    try:
+        response = await handler(request)
+    except ApiError as exc:
+        response = render_error(exc)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        response = render_error(_from_http_exception(request, exc))
+    except asyncio.CancelledError:
+        raise
+    except Exception:
+        log.exception(
+            "unhandled error",
+            extra={"request_id": request_id, "method": request.method, "path": request.path},
+        )
+        response = render_error(
+            ApiError(500, f"Internal server error; quote request id {request_id} when reporting it")
+        )
+    response.headers["request-id"] = request_id
+
+    elapsed = time.perf_counter() - started
+    resource = request.match_info.route.resource
+    route = resource.canonical if resource is not None else "unmatched"
+    metrics = request.app[METRICS]
+    metrics.request_latency.labels(request.method, route).observe(elapsed)
+    metrics.requests.labels(request.method, route, str(response.status)).inc()
+    principal = request.get(PRINCIPAL)
+    access_log.info(
+        "%s %s %s",
+        request.method,
+        request.path,
+        response.status,
+        extra={
+            "request_id": request_id,
+            "method": request.method,
+            "path": request.path,
+            "status": response.status,
+            "duration_ms": round(elapsed * 1000, 3),
+            "workspace": principal.workspace_id if principal else None,
+            "key": principal.key_id if principal else None,
+        },
+    )
+    return response
+
+
+def presented_key(request: web.Request) -> str:
+    auth = request.headers.get("Authorization")
+    if auth is not None:
+        scheme, _, token = auth.strip().partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise ApiError(401, "The Authorization header must be 'Bearer <api key>'")
+        return token.strip()
+    key = request.headers.get("X-API-Key")
+    if key is not None and key.strip():
+        return key.strip()
+    raise ApiError(401, "Missing API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'")
+
+
+@web.middleware
+async def access_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    spec = request.app[ROUTE_SPECS].get(request.match_info.route)
+    if spec is None or spec.scope is None:
+        return await handler(request)
+
+    pool = request.app[POOL]
+    principal = await keys.authenticate(pool, presented_key(request))
+    if principal is None:
+        raise ApiError(401, "Invalid or revoked API key")
+    request[PRINCIPAL] = principal
+
+    limit = request.app[SETTINGS].rate_limits[principal.workspace_tier]
+    decision = await ratelimit.hit(pool, principal.workspace_id, limit)
+    if not decision.allowed:
+        request.app[METRICS].rate_limited.inc()
+        raise ApiError(
+            429,
+            f"Rate limit of {limit} requests per minute exceeded for this workspace "
+            f"({principal.workspace_tier} plan); retry after {decision.retry_after} s",
+            headers={"Retry-After": str(decision.retry_after)},
+            retry_after=decision.retry_after,
+        )
+
+    if spec.scope not in principal.scopes:
+        raise ApiError(403, f"This API key lacks the '{spec.scope}' scope")
+    return await handler(request)
+
+
+def principal_of(request: web.Request) -> Principal:
+    return request[PRINCIPAL]

@@ -1,0 +1,47 @@
+"""The whole HTTP surface, in one list.
+
+``scope`` is what the calling key needs; ``None`` means no key (operational endpoints).
+The access middleware reads it from here, and a test holds this list and the OpenAPI
+document to the same set of operations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from service.faces import admin, ops
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+READ, WRITE, ADMIN = "memory:read", "memory:write", "admin"
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str
+    handler: Handler
+    scope: str | None
+
+
+ROUTES: list[Route] = [
+    # Operations
+    Route("GET", "/healthz", ops.healthz, None),
+    Route("GET", "/readyz", ops.readyz, None),
+    Route("GET", "/metrics", ops.metrics, None),
+    Route("GET", "/openapi.json", ops.openapi, None),
+    Route("GET", "/llms.txt", ops.llms_txt, None),
+    # Admin: members, rooms, keys
+    Route("POST", "/api/v1/members", admin.create_member, ADMIN),
+    Route("GET", "/api/v1/members", admin.list_members, ADMIN),
+    Route("POST", "/api/v1/rooms", admin.create_room, ADMIN),
+    Route("GET", "/api/v1/rooms", admin.list_rooms, ADMIN),
+    Route("PUT", "/api/v1/rooms/{room_id}/members/{member_id}", admin.add_room_member, ADMIN),
+    Route("DELETE", "/api/v1/rooms/{room_id}/members/{member_id}", admin.remove_room_member, ADMIN),
+    Route("POST", "/api/v1/keys", admin.create_key, ADMIN),
+    Route("GET", "/api/v1/keys", admin.list_keys, ADMIN),
+    Route("DELETE", "/api/v1/keys/{key_id}", admin.revoke_key, ADMIN),
+]

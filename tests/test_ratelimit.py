@@ -1,0 +1,116 @@
+"""Rate limits hold across service instances because PostgreSQL keeps the count."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import asyncpg
+import pytest
+
+from service.queries import keys, ratelimit, tenancy
+from service.settings import Settings
+from tests.helpers import Client, auth
+
+MakeClient = Callable[[Settings], Awaitable[Client]]
+
+
+async def free_workspace_key(db_url: str) -> str:
+    conn = await asyncpg.connect(db_url)
+    try:
+        ws = await tenancy.create_workspace(conn, "small", "free")
+        assert ws is not None
+        _, secret = await keys.create_key(
+            conn, ws.id, kind="service", member=None, scopes=list(keys.SCOPES), name=None
+        )
+        return secret
+    finally:
+        await conn.close()
+
+
+async def test_two_instances_share_one_limit(
+    make_client: MakeClient, settings: Settings, db_url: str
+) -> None:
+    limited = settings.with_overrides(rate_limits={"free": 6, "pro": 600, "scale": 100_000})
+    first, second = await make_client(limited), await make_client(limited)
+    headers = auth(await free_workspace_key(db_url))
+
+    statuses = []
+    for i in range(6):
+        instance = first if i % 2 == 0 else second
+        statuses.append((await instance.get("/api/v1/members", headers=headers)).status)
+    assert statuses == [200] * 6
+    # The seventh request is over the limit whichever instance it reaches.
+    for instance in (first, second):
+        resp = await instance.get("/api/v1/members", headers=headers)
+        assert resp.status == 429
+        assert int(resp.headers["Retry-After"]) >= 1
+
+
+async def test_limits_are_per_workspace_and_per_tier(
+    make_client: MakeClient, settings: Settings, db_url: str
+) -> None:
+    client = await make_client(
+        settings.with_overrides(rate_limits={"free": 2, "pro": 600, "scale": 100_000})
+    )
+    free = auth(await free_workspace_key(db_url))
+    for _ in range(2):
+        assert (await client.get("/api/v1/members", headers=free)).status == 200
+    assert (await client.get("/api/v1/members", headers=free)).status == 429
+    # The bootstrap workspace is on "scale" and unaffected.
+    from tests.helpers import ADMIN
+
+    assert (await client.get("/api/v1/members", headers=ADMIN)).status == 200
+
+
+async def test_unauthenticated_requests_do_not_count(
+    make_client: MakeClient, settings: Settings, db_url: str
+) -> None:
+    client = await make_client(
+        settings.with_overrides(rate_limits={"free": 2, "pro": 600, "scale": 100_000})
+    )
+    good = await free_workspace_key(db_url)
+    for _ in range(10):
+        assert (await client.get("/api/v1/members", headers=auth("wrong-" + good))).status == 401
+    assert (await client.get("/api/v1/members", headers=auth(good))).status == 200
+
+
+async def test_refused_requests_are_not_counted(conn: asyncpg.Connection) -> None:
+    await conn.execute("INSERT INTO workspaces (id, name, tier) VALUES ('w1', 'w1', 'free')")
+    results = [await ratelimit.hit(conn, "w1", 3) for _ in range(8)]
+    assert [r.allowed for r in results] == [True] * 3 + [False] * 5
+    count = await conn.fetchval(
+        "SELECT sum(count) FROM rate_limit_counters WHERE workspace_id = 'w1'"
+    )
+    assert count == 3
+
+
+async def test_previous_minute_weighs_on_the_current_one(conn: asyncpg.Connection) -> None:
+    # A full previous minute: 10 requests at a limit of 10. Early in the next minute most
+    # of that weight remains, so only a few more requests fit, not another 10.
+    await conn.execute(
+        "INSERT INTO rate_limit_counters (workspace_id, window_start, count) "
+        "VALUES ('w2', date_trunc('minute', now()) - interval '1 minute', 10)"
+    )
+    elapsed = await conn.fetchval(
+        "SELECT extract(epoch FROM now() - date_trunc('minute', now()))::float8 / 60"
+    )
+    allowed = sum([(await ratelimit.hit(conn, "w2", 10)).allowed for _ in range(12)])
+    # The estimate admits requests while 10 * (1 - elapsed) + n <= 10.
+    expected = int(10 - 10 * (1 - elapsed) + 1e-9)
+    assert abs(allowed - expected) <= 1
+    assert allowed < 10
+
+
+@pytest.mark.parametrize(
+    ("limit", "current", "previous", "elapsed", "expected"),
+    [
+        (10, 10, 0, 0.5, 30 + 6),  # full minute: wait for it to end, then 1/10 of the next
+        (10, 10, 0, 0.0, 60 + 6),
+        (10, 5, 10, 0.25, 21),  # 10 * (1 - t) + 6 <= 10 first at t = 0.6: 21 s after 0.25
+        (1, 1, 0, 0.99, 61),  # one a minute: the whole next minute must pass too
+    ],
+)
+def test_retry_after_is_when_the_estimate_first_admits_a_request(
+    limit: int, current: int, previous: int, elapsed: float, expected: int
+) -> None:
+    assert ratelimit.retry_after(limit, current, previous, elapsed) == expected
