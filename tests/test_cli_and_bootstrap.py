@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
@@ -18,11 +19,12 @@ from tests.helpers import Client, auth
 MakeClient = Callable[[Settings], Awaitable[Client]]
 
 
-def mneme(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+def mneme(db_url: str, command: str) -> subprocess.CompletedProcess[str]:
+    """Run ``mneme <command>`` against ``db_url`` in a subprocess."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MNEME_")}
     env["MNEME_DATABASE_URL"] = db_url
     return subprocess.run(
-        [sys.executable, "-m", "service.cli", *args],
+        [sys.executable, "-m", "service.cli", *shlex.split(command)],
         env=env,
         capture_output=True,
         text=True,
@@ -80,9 +82,7 @@ async def test_bootstrap_key_is_registered_instead_of_a_printed_one(
 
 
 async def test_keys_create_prints_only_a_working_key(client: Client, db_url: str) -> None:
-    result = mneme(
-        db_url, "keys", "create", "--kind", "service", "--scopes", "memory:read,memory:write,admin"
-    )
+    result = mneme(db_url, "keys create --kind service --scopes memory:read,memory:write,admin")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) == 1 and lines[0].startswith("mneme_sk_")
@@ -90,31 +90,11 @@ async def test_keys_create_prints_only_a_working_key(client: Client, db_url: str
 
 
 async def test_personal_key_via_cli_needs_a_member(client: Client, db_url: str) -> None:
-    result = mneme(
-        db_url,
-        "keys",
-        "create",
-        "--kind",
-        "personal",
-        "--member",
-        "ghost",
-        "--scopes",
-        "memory:read",
-    )
+    result = mneme(db_url, "keys create --kind personal --member ghost --scopes memory:read")
     assert result.returncode == 1
     assert "ghost" in result.stderr and result.stdout == ""
-    assert mneme(db_url, "members", "create", "alice", "--kind", "human").returncode == 0
-    result = mneme(
-        db_url,
-        "keys",
-        "create",
-        "--kind",
-        "personal",
-        "--member",
-        "alice",
-        "--scopes",
-        "memory:read",
-    )
+    assert mneme(db_url, "members create alice --kind human").returncode == 0
+    result = mneme(db_url, "keys create --kind personal --member alice --scopes memory:read")
     assert result.returncode == 0, result.stderr
     personal = result.stdout.strip()
     conn = await asyncpg.connect(db_url)
@@ -130,20 +110,18 @@ async def test_personal_key_via_cli_needs_a_member(client: Client, db_url: str) 
 
 
 async def test_keys_list_and_revoke(client: Client, db_url: str) -> None:
-    secret = mneme(
-        db_url, "keys", "create", "--scopes", "admin", "--name", "to-revoke"
-    ).stdout.strip()
-    listing = mneme(db_url, "keys", "list").stdout
+    secret = mneme(db_url, "keys create --scopes admin --name to-revoke").stdout.strip()
+    listing = mneme(db_url, "keys list").stdout
     assert secret not in listing
     line = next(row for row in listing.splitlines() if "to-revoke" in row)
     key_id = line.split()[0]
-    result = mneme(db_url, "keys", "revoke", key_id)
+    result = mneme(db_url, f"keys revoke {key_id}")
     assert result.returncode == 0, result.stderr
     assert (await client.get("/api/v1/members", headers=auth(secret))).status == 401
 
 
 async def test_workspaces_create_prints_its_service_key(client: Client, db_url: str) -> None:
-    result = mneme(db_url, "workspaces", "create", "acme", "--tier", "pro")
+    result = mneme(db_url, "workspaces create acme --tier pro")
     assert result.returncode == 0, result.stderr
     secret = result.stdout.strip()
     assert secret.startswith("mneme_sk_") and "\n" not in secret
@@ -155,12 +133,12 @@ async def test_workspaces_create_prints_its_service_key(client: Client, db_url: 
         await conn.close()
     # Its own space: nothing of the default workspace is visible.
     assert (await (await client.get("/api/v1/members", headers=auth(secret))).json())["data"] == []
-    again = mneme(db_url, "workspaces", "create", "ACME")
+    again = mneme(db_url, "workspaces create ACME")
     assert again.returncode == 1 and "already exists" in again.stderr
 
 
 def test_migrate_status_lists_applied_files(db_url: str) -> None:
-    result = mneme(db_url, "migrate", "--status")
+    result = mneme(db_url, "migrate --status")
     assert result.returncode == 0, result.stderr
     assert "0001_schema" in result.stdout and "applied" in result.stdout
     result = mneme(db_url, "migrate")
@@ -174,6 +152,6 @@ def test_migrate_applies_to_an_empty_database(empty_db_url: str) -> None:
 
 
 def test_cli_refuses_an_external_database_that_is_behind(empty_db_url: str) -> None:
-    result = mneme(empty_db_url, "keys", "list")
+    result = mneme(empty_db_url, "keys list")
     assert result.returncode == 1
     assert "mneme migrate" in result.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import asyncpg
 from aiohttp import ClientResponse, web
 
 from service.app import create_app
@@ -120,3 +121,38 @@ async def test_successful_responses_carry_a_request_id_too(client: Client) -> No
     second = await client.get("/healthz")
     assert first.status == 200
     assert first.headers["request-id"] != second.headers["request-id"]
+
+
+async def test_readyz_reports_an_unmigrated_database_as_unavailable(
+    client: Client, conn: asyncpg.Connection
+) -> None:
+    ok = await client.get("/readyz")
+    assert ok.status == 200
+    body = await ok.json()
+    assert body == {
+        "status": "ok",
+        "database": "ok",
+        "migrations": "ok",
+        "model": body["model"],
+        "embeddingQueue": 0,
+    }
+    await conn.execute("DELETE FROM schema_migrations WHERE version = 1")
+    resp = await client.get("/readyz")
+    assert resp.status == 503
+    body = await resp.json()
+    assert body["status"] == "unavailable"
+    assert "mneme migrate" in body["migrations"]
+
+
+async def test_metrics_expose_per_route_latency_and_pool_use(client: Client) -> None:
+    await client.get("/api/v1/members", headers=ADMIN)
+    await client.get("/api/v1/rooms/nope/members", headers=ADMIN)
+    text = await (await client.get("/metrics")).text()
+    assert (
+        'mneme_http_request_duration_seconds_count{method="GET",route="/api/v1/members"} 1.0'
+        in text
+    )
+    assert 'mneme_http_requests_total{method="GET",route="/api/v1/members",status="200"}' in text
+    assert 'route="unmatched",status="404"' in text
+    assert 'mneme_db_pool_connections{state="max"} 4.0' in text
+    assert "mneme_embedding_queue_depth 0.0" in text
