@@ -1,8 +1,9 @@
 """The application factory and everything with a lifetime.
 
-``create_app`` does no I/O. The database (embedded server, migrations, pool, first-run
-bootstrap) and the janitor are async generators in ``app.cleanup_ctx``, in dependency
-order, so they start when the app starts and stop in reverse order on shutdown.
+``create_app`` does no I/O. What lives as long as the app is an async generator in
+``app.cleanup_ctx``, in dependency order — database → model → worker → janitor — so it
+starts when the app starts and stops in reverse order on shutdown (the worker finishes
+its current batch first).
 """
 
 from __future__ import annotations
@@ -14,30 +15,52 @@ from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
+from embeddings import Embedder
+from embeddings.worker import Worker, WorkerConfig
 from service import db
 from service.bootstrap import bootstrap, print_first_key
 from service.metrics import Metrics
 from service.middleware import access_middleware, context_middleware
 from service.queries import idempotency, ratelimit
+from service.queries import memories as q
 from service.routes import ROUTES, Route
 from service.settings import Settings
-from service.state import HEALTH, METRICS, POOL, ROUTE_SPECS, SETTINGS, Health
+from service.state import METRICS, MODEL, POOL, ROUTE_SPECS, SETTINGS, Model
 
 log = logging.getLogger("mneme.app")
 
 JANITOR_INTERVAL_S = 60.0
 
 
+def load_embedder(settings: Settings) -> Embedder:
+    from embeddings.model import SentenceTransformerEmbedder
+
+    return SentenceTransformerEmbedder(settings.embedding_model, device=settings.embedding_device)
+
+
+def worker_config(settings: Settings) -> WorkerConfig:
+    return WorkerConfig(
+        batch_size=settings.embed_batch_size,
+        lease_s=settings.embed_lease_s,
+        poll_s=settings.embed_poll_s,
+        max_attempts=settings.embed_max_attempts,
+    )
+
+
 def create_app(
-    settings: Settings, *, announce_key: Callable[[str], None] = print_first_key
+    settings: Settings,
+    *,
+    embedder: Embedder | None = None,
+    announce_key: Callable[[str], None] = print_first_key,
 ) -> web.Application:
+    """The service. ``embedder`` skips loading the model (tests share one)."""
     app = web.Application(
         middlewares=[context_middleware, access_middleware],
         client_max_size=settings.max_body_bytes,
     )
     app[SETTINGS] = settings
     app[METRICS] = Metrics()
-    app[HEALTH] = Health()
+    app[MODEL] = Model()
     specs: dict[web.AbstractRoute, Route] = {}
     for spec in ROUTES:
         specs[app.router.add_route(spec.method, spec.path, spec.handler)] = spec
@@ -54,26 +77,100 @@ def create_app(
         yield
         await pool.close()
 
-    app.cleanup_ctx.append(database)
+    async def model(app: web.Application) -> AsyncIterator[None]:
+        slot = app[MODEL]
+        if embedder is not None:
+            slot.set(embedder)
+            yield
+            return
+
+        async def load() -> None:
+            try:
+                slot.set(await asyncio.to_thread(load_embedder, settings))
+                log.info(
+                    "embedding model ready", extra={"model": slot.embedder and slot.embedder.name}
+                )
+            except Exception:
+                slot.state = "failed"
+                log.exception("could not load the embedding model")
+
+        # In the background: the API answers (and /readyz says "loading") meanwhile.
+        task = asyncio.create_task(load(), name="mneme-model-load")
+        yield
+        await _cancel(task)
+
+    app.cleanup_ctx.extend([database, model])
+    if settings.worker:
+        app.cleanup_ctx.append(embedding_worker)
     app.cleanup_ctx.append(janitor)
     return app
 
 
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def embedding_worker(app: web.Application) -> AsyncIterator[None]:
+    """The in-process worker (``MNEME_WORKER=on``); it waits for the model first."""
+    stop = asyncio.Event()
+    metrics = app[METRICS]
+
+    async def run() -> None:
+        slot = app[MODEL]
+        await slot.ready.wait()
+        assert slot.embedder is not None
+        worker = Worker(app[POOL], slot.embedder, worker_config(app[SETTINGS]))
+        worker.stats.observers.append(metrics.observe_batch)
+        await worker.run(stop)
+
+    task = asyncio.create_task(run(), name="mneme-embedding-worker")
+    yield
+    stop.set()
+    try:
+        # Let the current batch finish and be stored; a lease covers anything cut short.
+        await asyncio.wait_for(asyncio.shield(task), timeout=app[SETTINGS].shutdown_timeout)
+    except TimeoutError:
+        await _cancel(task)
+
+
 async def janitor(app: web.Application) -> AsyncIterator[None]:
-    """Periodic housekeeping: drop spent rate-limit windows and expired idempotency keys."""
+    """Housekeeping: spent rate-limit windows, expired idempotency keys, retention."""
+    settings = app[SETTINGS]
+
+    async def retention() -> None:
+        pool = app[POOL]
+        while True:
+            async with pool.acquire() as conn, conn.transaction():
+                archived = await q.archive_due(conn, settings.transitory_idle_s)
+                for workspace_id, memory in archived:
+                    await q.add_version(conn, workspace_id, memory, "modified", "retention")
+                by_workspace: dict[str, set[str]] = {}
+                for workspace_id, memory in archived:
+                    by_workspace.setdefault(workspace_id, set()).add(memory.store_id)
+                for workspace_id, stores in by_workspace.items():
+                    await q.touch_stores(conn, workspace_id, sorted(stores))
+            if archived:
+                log.info("retention archived memories", extra={"count": len(archived)})
+            if len(archived) < 1000:
+                return
 
     async def loop() -> None:
+        since_retention = settings.retention_interval_s
         while True:
-            await asyncio.sleep(JANITOR_INTERVAL_S)
             try:
                 async with app[POOL].acquire() as conn:
                     await ratelimit.prune(conn)
                     await idempotency.prune(conn)
+                if since_retention >= settings.retention_interval_s:
+                    since_retention = 0.0
+                    await retention()
             except Exception:
                 log.exception("janitor pass failed; will retry")
+            await asyncio.sleep(min(JANITOR_INTERVAL_S, settings.retention_interval_s))
+            since_retention += min(JANITOR_INTERVAL_S, settings.retention_interval_s)
 
     task = asyncio.create_task(loop(), name="mneme-janitor")
     yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await _cancel(task)

@@ -10,15 +10,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
 from typing import Any
 
 import asyncpg
 
-from service import db, migrations
+from embeddings import Embedder
+from embeddings.worker import Worker, queue_state
+from service import db, migrations, transfer
+from service.app import worker_config
 from service.ids import is_name
 from service.queries import keys, tenancy
+from service.queries import memories as q
 from service.settings import TIERS, Settings, SettingsError
 
 
@@ -198,6 +204,114 @@ async def cmd_rooms(settings: Settings, args: argparse.Namespace) -> None:
                 raise CliError(f"no room {args.room!r} in workspace {ws.name!r}")
 
 
+def _embedder(settings: Settings) -> Embedder:
+    from service.app import load_embedder
+
+    print("loading the embedding model…", file=sys.stderr)
+    return load_embedder(settings)
+
+
+async def cmd_worker(settings: Settings, args: argparse.Namespace) -> None:
+    from service import logs
+
+    logs.configure(settings.log_level)
+    embedder = await asyncio.to_thread(_embedder, settings)
+    async with db.connect(settings, pool_max=3) as pool:
+        worker = Worker(pool, embedder, worker_config(settings))
+        if args.once:
+            count = await worker.drain()
+            print(f"embedded {worker.stats.embedded} of {count} claimed", file=sys.stderr)
+            return
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await worker.run(stop)
+
+
+REQUEUE = """
+UPDATE memories
+SET embedding_status = 'pending', embedding_generation = embedding_generation + 1,
+    embedding_attempts = 0, embedding_error = NULL, embedding_lease_until = NULL
+WHERE embedding_status <> 'pending'
+  AND ($2 OR embedding_model IS DISTINCT FROM $1 OR embedding_status = 'failed')
+"""
+
+
+async def cmd_reembed(settings: Settings, args: argparse.Namespace) -> None:
+    from tqdm import tqdm
+
+    embedder = await asyncio.to_thread(_embedder, settings)
+    async with db.connect(settings, pool_max=3) as pool:
+        status = await pool.execute(REQUEUE, embedder.name, args.all)
+        print(f"queued {status.split()[-1]} memories for {embedder.name}", file=sys.stderr)
+        worker = Worker(pool, embedder, worker_config(settings))
+        total, _ = await queue_state(pool)
+        with tqdm(total=total, unit="mem", file=sys.stderr) as bar:
+            while await worker.run_once():
+                depth, _ = await queue_state(pool)
+                bar.update(max(0, total - depth - bar.n))
+        print(f"embedded {worker.stats.embedded}, failed {worker.stats.failed}", file=sys.stderr)
+
+
+async def _store(pool: asyncpg.Pool, workspace: tenancy.Workspace, ref: str) -> q.Store:
+    store = await q.resolve_store(pool, workspace.id, ref)
+    if store is None:
+        raise CliError(f"no store {ref!r} in workspace {workspace.name!r}")
+    return store
+
+
+async def cmd_import(settings: Settings, args: argparse.Namespace) -> None:
+    from tqdm import tqdm
+
+    path = Path(args.file)
+    if not path.is_file():
+        raise CliError(f"no such file: {path}")
+    async with db.connect(settings) as pool:
+        ws = await _workspace(pool, args.workspace)
+        store = await _store(pool, ws, args.store)
+        with path.open("rb") as f, tqdm(unit="mem", file=sys.stderr) as bar:
+            try:
+                result = await transfer.import_lines(
+                    pool,
+                    ws.id,
+                    store,
+                    enumerate(f, start=1),
+                    create_speakers=args.create_speakers,
+                    progress=bar.update,
+                )
+            except transfer.ImportError_ as exc:
+                raise CliError(f"{path}: {exc} (earlier batches were imported)") from None
+    print(
+        f"created {result.created}, deduplicated {result.deduplicated}, "
+        f"upserted {result.upserted}, speakers registered {result.speakers_registered}",
+        file=sys.stderr,
+    )
+
+
+async def cmd_export(settings: Settings, args: argparse.Namespace) -> None:
+    from tqdm import tqdm
+
+    async with db.connect(settings) as pool:
+        ws = await _workspace(pool, args.workspace)
+        store = await _store(pool, ws, args.store)
+        out = open(args.output, "wb") if args.output else sys.stdout.buffer  # noqa: SIM115
+        try:
+            async with pool.acquire() as conn:
+                lines = transfer.export_store(
+                    conn, ws.id, store.id, include_deleted=args.include_deleted
+                )
+                with tqdm(unit="mem", file=sys.stderr, disable=not args.output) as bar:
+                    async for line in lines:
+                        out.write(line)
+                        bar.update(1)
+        finally:
+            if args.output:
+                out.close()
+            else:
+                out.flush()
+
+
 # --- parser -------------------------------------------------------------------------------
 
 
@@ -208,6 +322,28 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     sub.add_parser("serve", help="run the HTTP service (and, by default, the embedding worker)")
+
+    p = sub.add_parser("worker", help="run an embedding worker (any number may run)")
+    p.add_argument("--once", action="store_true", help="drain the queue once, then exit")
+
+    p = sub.add_parser("reembed", help="re-encode memories embedded by another model")
+    p.add_argument("--all", action="store_true", help="re-encode every memory")
+
+    p = sub.add_parser("import", help="import memories from a JSONL file into a store")
+    p.add_argument("file")
+    p.add_argument("--store", default="default", help="store id or name (default: default)")
+    p.add_argument("--workspace", default="default", help="workspace name (default: default)")
+    p.add_argument(
+        "--create-speakers",
+        action="store_true",
+        help="register speakers the file names that the store does not know",
+    )
+
+    p = sub.add_parser("export", help="export a store's memories as JSONL")
+    p.add_argument("--store", default="default", help="store id or name (default: default)")
+    p.add_argument("--workspace", default="default", help="workspace name (default: default)")
+    p.add_argument("--output", "-o", help="file to write (default: stdout)")
+    p.add_argument("--include-deleted", action="store_true", help="include deleted tombstones")
 
     p = sub.add_parser("migrate", help="apply pending database migrations")
     p.add_argument("--status", action="store_true", help="list migrations and their state")
@@ -264,6 +400,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 ASYNC_COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], Coroutine[Any, Any, None]]] = {
     "migrate": cmd_migrate,
+    "worker": cmd_worker,
+    "reembed": cmd_reembed,
+    "import": cmd_import,
+    "export": cmd_export,
     "workspaces": cmd_workspaces,
     "keys": cmd_keys,
     "members": cmd_members,

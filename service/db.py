@@ -9,6 +9,7 @@ behind rather than changing a production schema on its own.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -59,6 +60,7 @@ async def prepare_schema(url: str, *, auto_migrate: bool) -> None:
 async def _init_connection(conn: asyncpg.Connection) -> None:
     # The vector type exists only after the first migration, so this runs after it.
     await register_vector(conn)
+    await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
 
 
 async def create_pool(url: str, settings: Settings) -> asyncpg.Pool:
@@ -73,11 +75,11 @@ async def create_pool(url: str, settings: Settings) -> asyncpg.Pool:
 
 
 @asynccontextmanager
-async def connect(settings: Settings) -> AsyncIterator[asyncpg.Pool]:
+async def connect(settings: Settings, *, pool_max: int = 2) -> AsyncIterator[asyncpg.Pool]:
     """A migrated database's pool, for the CLI: same rules as ``serve``."""
     url = await resolve_url(settings)
     await prepare_schema(url, auto_migrate=settings.embedded)
-    pool = await create_pool(url, settings.with_overrides(pool_min=1, pool_max=2))
+    pool = await create_pool(url, settings.with_overrides(pool_min=1, pool_max=pool_max))
     try:
         yield pool
     finally:

@@ -51,3 +51,18 @@ async def read_body(request: web.Request, struct: type[T]) -> T:
         raise bad_request(f"Invalid request body: {exc}") from None
     except msgspec.DecodeError as exc:
         raise bad_request(f"Request body is not valid JSON: {exc}") from None
+
+
+def parse_time(value: str, field: str) -> datetime:
+    """RFC 3339 / ISO 8601: a date-time (no offset means UTC) or a date (midnight UTC)."""
+    from service.errors import bad_request
+
+    text = value.strip()
+    try:
+        ts = datetime.fromisoformat(text)
+    except ValueError:
+        raise bad_request(
+            f"{field} must be an ISO 8601 timestamp such as 2026-08-14T10:00:00Z, got {value!r}",
+            param=field,
+        ) from None
+    return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts

@@ -61,5 +61,20 @@ class Metrics:
             "Age of the oldest memory waiting for a vector",
             registry=self.registry,
         )
+        self.embedded = Counter(
+            "mneme_embedded_memories",
+            "Memories embedded by this process's worker",
+            registry=self.registry,
+        )
+        self.embed_batch = Histogram(
+            "mneme_embedding_batch_seconds",
+            "Time to chunk and encode one worker batch",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+            registry=self.registry,
+        )
         self.pool = PoolCollector()
         self.registry.register(self.pool)
+
+    def observe_batch(self, embedded: int, seconds: float) -> None:
+        self.embedded.inc(embedded)
+        self.embed_batch.observe(seconds)

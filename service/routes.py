@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from service.faces import admin, ops
+from service.faces import admin, memories, ops, speakers
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -34,6 +34,16 @@ ROUTES: list[Route] = [
     Route("GET", "/metrics", ops.metrics, None),
     Route("GET", "/openapi.json", ops.openapi, None),
     Route("GET", "/llms.txt", ops.llms_txt, None),
+    # Write API
+    Route("POST", "/api/v1/memories", memories.create_memories, WRITE),
+    Route("GET", "/api/v1/memories/{memory_id}", memories.get_memory, READ),
+    Route("PATCH", "/api/v1/memories/{memory_id}", memories.patch_memory, WRITE),
+    Route("DELETE", "/api/v1/memories/{memory_id}", memories.delete_memory, WRITE),
+    Route("GET", "/api/v1/memories/{memory_id}/versions", memories.list_versions, READ),
+    Route("GET", "/api/v1/memories/{memory_id}/media", memories.get_media, READ),
+    Route("GET", "/api/v1/stores/{store}/speakers", speakers.list_speakers, READ),
+    Route("POST", "/api/v1/stores/{store}/speakers", speakers.add_speaker, WRITE),
+    Route("DELETE", "/api/v1/stores/{store}/speakers/{name}", speakers.delete_speaker, WRITE),
     # Admin: members, rooms, keys
     Route("POST", "/api/v1/members", admin.create_member, ADMIN),
     Route("GET", "/api/v1/members", admin.list_members, ADMIN),

@@ -69,6 +69,14 @@ class Settings:
     pool_min: int = 2
     pool_max: int = 10
     log_level: str = "INFO"
+    embedding_device: str = "auto"
+    embed_batch_size: int = 64
+    embed_lease_s: float = 60.0
+    embed_poll_s: float = 5.0
+    embed_max_attempts: int = 5
+    # Retention: transitory memories not used for this long are archived.
+    transitory_idle_s: float = 30 * 24 * 3600.0
+    retention_interval_s: float = 300.0
     # Request bodies above this are refused with 413 (SPEC §8: 16 MiB).
     max_body_bytes: int = 16 * 1024 * 1024
     # Seconds aiohttp waits for in-flight requests after SIGTERM before closing them.
@@ -105,6 +113,21 @@ class Settings:
             kwargs["bootstrap_key"] = key
         if (model := get("MNEME_EMBEDDING_MODEL")) is not None:
             kwargs["embedding_model"] = model
+        if (device := get("MNEME_EMBEDDING_DEVICE")) is not None:
+            kwargs["embedding_device"] = device
+        integers: tuple[tuple[str, str, int, int, type[int] | type[float]], ...] = (
+            ("MNEME_EMBED_BATCH_SIZE", "embed_batch_size", 1, 4096, int),
+            ("MNEME_EMBED_LEASE_SECONDS", "embed_lease_s", 1, 86400, float),
+            ("MNEME_EMBED_POLL_SECONDS", "embed_poll_s", 1, 3600, float),
+            ("MNEME_EMBED_MAX_ATTEMPTS", "embed_max_attempts", 1, 100, int),
+            ("MNEME_RETENTION_INTERVAL_SECONDS", "retention_interval_s", 1, 86400, float),
+        )
+        for name, attr, lo, hi, kind in integers:
+            if (raw := get(name)) is not None:
+                kwargs[attr] = kind(_parse_int(name, raw, lo, hi))
+        if (idle := get("MNEME_TRANSITORY_IDLE_HOURS")) is not None:
+            hours = _parse_int("MNEME_TRANSITORY_IDLE_HOURS", idle, 1, 87600)
+            kwargs["transitory_idle_s"] = hours * 3600.0
         if (worker := get("MNEME_WORKER")) is not None:
             kwargs["worker"] = _parse_bool("MNEME_WORKER", worker)
         if (limits := get("MNEME_RATE_LIMITS")) is not None:

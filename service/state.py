@@ -1,13 +1,16 @@
-"""Typed keys for what the application holds: settings, pool, metrics, route table."""
+"""Typed keys for what the application holds: settings, pool, model, metrics, routes."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import asyncpg
 from aiohttp import web
 
+from embeddings import Embedder
+from embeddings.batcher import QueryEncoder
 from service.settings import Settings
 
 if TYPE_CHECKING:
@@ -16,15 +19,26 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class Health:
-    """What ``/readyz`` reports beyond a live database query."""
+class Model:
+    """The embedding model, loaded in the background after start-up.
 
-    model: str = "not_loaded"
-    extra: dict[str, str] = field(default_factory=dict)
+    ``state`` is what ``/readyz`` reports: ``loading``, ``ready`` or ``failed``.
+    """
+
+    state: str = "loading"
+    embedder: Embedder | None = None
+    queries: QueryEncoder | None = None
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def set(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+        self.queries = QueryEncoder(embedder)
+        self.state = "ready"
+        self.ready.set()
 
 
 SETTINGS = web.AppKey("settings", Settings)
 POOL = web.AppKey("pool", asyncpg.Pool)
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
 ROUTE_SPECS: web.AppKey[dict[web.AbstractRoute, Route]] = web.AppKey("route_specs")
-HEALTH = web.AppKey("health", Health)
+MODEL = web.AppKey("model", Model)

@@ -14,6 +14,7 @@ import asyncpg
 import pytest
 from aiohttp import web
 
+from embeddings.model import SentenceTransformerEmbedder
 from service import migrations
 from service.app import create_app
 from service.settings import Settings
@@ -116,10 +117,19 @@ def settings(db_url: str) -> Settings:
     )
 
 
+@pytest.fixture(scope="session")
+def embedder() -> SentenceTransformerEmbedder:
+    """The real model, loaded once for the whole session."""
+    return SentenceTransformerEmbedder()
+
+
 @pytest.fixture
-def make_client(aiohttp_client: AiohttpClient) -> Callable[[Settings], Awaitable[Client]]:
+def make_client(
+    aiohttp_client: AiohttpClient, embedder: SentenceTransformerEmbedder
+) -> Callable[[Settings], Awaitable[Client]]:
     async def make(settings: Settings) -> Client:
-        return await aiohttp_client(create_app(settings, announce_key=lambda _: None))
+        app = create_app(settings, embedder=embedder, announce_key=lambda _: None)
+        return await aiohttp_client(app)
 
     return make
 

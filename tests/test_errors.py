@@ -8,6 +8,7 @@ from typing import Any
 import asyncpg
 from aiohttp import ClientResponse, web
 
+from embeddings.model import SentenceTransformerEmbedder
 from service.app import create_app
 from service.settings import Settings
 from tests.helpers import ADMIN, Client, auth, make_key
@@ -102,12 +103,14 @@ async def test_rate_limit_is_a_429_with_retry_after(
 
 
 async def test_unexpected_exception_is_a_500_without_its_text(
-    aiohttp_client: Callable[[web.Application], Awaitable[Client]], settings: Settings
+    aiohttp_client: Callable[[web.Application], Awaitable[Client]],
+    settings: Settings,
+    embedder: SentenceTransformerEmbedder,
 ) -> None:
     async def explode(request: web.Request) -> web.Response:
         raise RuntimeError("secret internal detail")
 
-    app = create_app(settings, announce_key=lambda _: None)
+    app = create_app(settings, embedder=embedder, announce_key=lambda _: None)
     app.router.add_get("/boom", explode)
     client = await aiohttp_client(app)
     resp = await client.get("/boom")
@@ -133,7 +136,7 @@ async def test_readyz_reports_an_unmigrated_database_as_unavailable(
         "status": "ok",
         "database": "ok",
         "migrations": "ok",
-        "model": body["model"],
+        "model": "ready",
         "embeddingQueue": 0,
     }
     await conn.execute("DELETE FROM schema_migrations WHERE version = 1")

@@ -9,17 +9,12 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from embeddings.worker import queue_state
 from service import migrations
 from service.jsonutil import json_response
-from service.state import HEALTH, METRICS, POOL
+from service.state import METRICS, MODEL, POOL
 
 log = logging.getLogger("mneme.ops")
-
-QUEUE = """
-SELECT count(*) AS depth,
-       coalesce(extract(epoch FROM now() - min(updated_at)), 0)::float8 AS lag
-FROM memories WHERE embedding_status = 'pending'
-"""
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -31,14 +26,12 @@ async def readyz(request: web.Request) -> web.Response:
         "status": "ok",
         "database": "ok",
         "migrations": "ok",
-        "model": request.app[HEALTH].model,
+        "model": request.app[MODEL].state,
         "embeddingQueue": 0,
     }
     try:
         async with request.app[POOL].acquire() as conn:
-            row = await conn.fetchrow(QUEUE)
-            assert row is not None
-            body["embeddingQueue"] = row["depth"]
+            body["embeddingQueue"], _ = await queue_state(conn)
             try:
                 await migrations.check_current(conn)
             except migrations.MigrationError as exc:
@@ -46,7 +39,7 @@ async def readyz(request: web.Request) -> web.Response:
     except Exception:
         log.exception("readiness check: database unreachable")
         body["database"] = "unreachable"
-    if body["database"] != "ok" or body["migrations"] != "ok" or body["model"] == "failed":
+    if body["database"] != "ok" or body["migrations"] != "ok" or body["model"] != "ready":
         body["status"] = "unavailable"
         return json_response(body, status=503)
     return json_response(body)
@@ -55,10 +48,9 @@ async def readyz(request: web.Request) -> web.Response:
 async def metrics(request: web.Request) -> web.Response:
     m = request.app[METRICS]
     try:
-        row = await request.app[POOL].fetchrow(QUEUE)
-        assert row is not None
-        m.embedding_queue.set(row["depth"])
-        m.embedding_lag.set(row["lag"])
+        depth, lag = await queue_state(request.app[POOL])
+        m.embedding_queue.set(depth)
+        m.embedding_lag.set(lag)
     except Exception:
         log.exception("metrics: could not read the embedding queue")
     body = generate_latest(m.registry)

@@ -127,7 +127,7 @@ CREATE TABLE memories (
     entity_refs           text[]      NOT NULL DEFAULT '{}',
     proof_count           integer,
     category              text        NOT NULL DEFAULT 'general',
-    importance            real        NOT NULL DEFAULT 0.5 CHECK (importance BETWEEN 0 AND 1),
+    importance            double precision NOT NULL DEFAULT 0.5 CHECK (importance BETWEEN 0 AND 1),
     speaker               text,
     event_date            timestamptz,
     superseded_by         text,

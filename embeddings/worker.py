@@ -1,0 +1,314 @@
+"""The embedding worker: the ``memories`` table is the queue.
+
+A batch is claimed with ``FOR UPDATE SKIP LOCKED`` and a lease (the claim commits at
+once, so no lock is held while the model runs). Vectors go back with one
+``UPDATE … FROM unnest``, accepted only if the row's ``embedding_generation`` is still
+the claimed one — a text edited meanwhile is not overwritten with a stale vector. A
+worker that dies (even SIGKILL) loses nothing: its lease expires and the rows are
+claimed again. A text that fails to encode is retried with backoff, then marked
+``failed`` with its error after ``max_attempts``.
+
+Workers wake on ``LISTEN mneme_embed`` (writers ``NOTIFY`` on commit) and poll as a
+fallback, so a lost notification only costs ``poll_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import asyncpg
+from pgvector import Vector
+
+from embeddings import Embedder, Vectors, document_text
+
+log = logging.getLogger("mneme.worker")
+
+CHANNEL = "mneme_embed"
+
+CLAIM = """
+WITH claimed AS (
+    SELECT workspace_id, id FROM memories
+    WHERE embedding_status = 'pending'
+      AND (embedding_lease_until IS NULL OR embedding_lease_until < now())
+    ORDER BY updated_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE memories m
+SET embedding_lease_until = now() + make_interval(secs => $2),
+    embedding_attempts = m.embedding_attempts + 1
+FROM claimed c
+WHERE m.workspace_id = c.workspace_id AND m.id = c.id
+RETURNING m.workspace_id, m.id, m.text, m.speaker, m.embedding_generation,
+          m.embedding_attempts, m.updated_at
+"""
+
+STORE = """
+UPDATE memories m
+SET embedding = v.embedding,
+    embedding_model = $5,
+    embedding_status = 'ready',
+    embedding_error = NULL,
+    embedding_attempts = 0,
+    embedding_lease_until = NULL
+FROM unnest($1::text[], $2::text[], $3::int[], $4::vector[])
+     AS v(workspace_id, id, generation, embedding)
+WHERE m.workspace_id = v.workspace_id AND m.id = v.id
+  AND m.embedding_generation = v.generation
+  AND m.embedding_status = 'pending'
+RETURNING m.workspace_id, m.id
+"""
+
+DELETE_CHUNKS = """
+DELETE FROM memory_chunks c
+USING unnest($1::text[], $2::text[]) AS v(workspace_id, id)
+WHERE c.workspace_id = v.workspace_id AND c.memory_id = v.id
+"""
+
+INSERT_CHUNKS = """
+INSERT INTO memory_chunks (workspace_id, memory_id, chunk_index, embedding)
+SELECT * FROM unnest($1::text[], $2::text[], $3::int[], $4::vector[])
+"""
+
+FAIL = """
+UPDATE memories m
+SET embedding_error = v.error,
+    embedding_status = CASE WHEN m.embedding_attempts >= $4 THEN 'failed' ELSE 'pending' END,
+    -- Back off before the next try: 5 s, 10 s, 20 s, …
+    embedding_lease_until = now() + make_interval(secs => 5 * power(2, m.embedding_attempts - 1))
+FROM unnest($1::text[], $2::text[], $3::text[]) AS v(workspace_id, id, error)
+WHERE m.workspace_id = v.workspace_id AND m.id = v.id
+"""
+
+QUEUE = """
+SELECT count(*) AS depth,
+       coalesce(extract(epoch FROM now() - min(updated_at)), 0)::float8 AS lag
+FROM memories WHERE embedding_status = 'pending'
+"""
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    batch_size: int = 64
+    lease_s: float = 60.0
+    poll_s: float = 5.0
+    max_attempts: int = 5
+
+
+@dataclass
+class Claimed:
+    workspace_id: str
+    id: str
+    text: str
+    speaker: str | None
+    generation: int
+    attempts: int
+
+
+@dataclass
+class Encoded:
+    row: Claimed
+    vectors: Vectors  # one per chunk, chunk 0 first
+
+
+@dataclass
+class WorkerStats:
+    embedded: int = 0
+    failed: int = 0
+    batches: int = 0
+    seconds_encoding: float = 0.0
+    last_lag_s: float = 0.0
+    observers: list[Callable[[int, float], None]] = field(default_factory=list)
+
+
+class Worker:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        embedder: Embedder,
+        config: WorkerConfig | None = None,
+    ) -> None:
+        self.pool = pool
+        self.embedder = embedder
+        self.config = config or WorkerConfig()
+        self.stats = WorkerStats()
+        self._wake = asyncio.Event()
+
+    # --- one batch ------------------------------------------------------------------------
+
+    async def claim(self) -> list[Claimed]:
+        rows = await self.pool.fetch(CLAIM, self.config.batch_size, self.config.lease_s)
+        return [
+            Claimed(
+                r["workspace_id"],
+                r["id"],
+                r["text"],
+                r["speaker"],
+                r["embedding_generation"],
+                r["embedding_attempts"],
+            )
+            for r in rows
+        ]
+
+    def encode(self, rows: Sequence[Claimed]) -> tuple[list[Encoded], list[tuple[Claimed, str]]]:
+        """Chunk and encode (in a worker thread). Returns successes and failures."""
+        texts: list[str] = []
+        spans: list[tuple[int, int]] = []
+        for row in rows:
+            chunks = self.embedder.chunk(row.text)
+            first = len(texts)
+            texts.extend(document_text(row.text[c.start : c.end], row.speaker) for c in chunks)
+            spans.append((first, len(texts)))
+        try:
+            vectors = self.embedder.encode_documents(texts)
+        except Exception:
+            if len(rows) == 1:
+                raise
+            # Find the culprit: encode one memory at a time.
+            done: list[Encoded] = []
+            failed: list[tuple[Claimed, str]] = []
+            for row in rows:
+                try:
+                    ok, bad = self.encode([row])
+                except Exception as exc:
+                    failed.append((row, f"{type(exc).__name__}: {exc}"[:1000]))
+                else:
+                    done.extend(ok)
+                    failed.extend(bad)
+            return done, failed
+        return [Encoded(row, vectors[a:b]) for row, (a, b) in zip(rows, spans, strict=True)], []
+
+    async def store(self, encoded: Sequence[Encoded], failed: Sequence[tuple[Claimed, str]]) -> int:
+        async with self.pool.acquire() as conn, conn.transaction():
+            stored = 0
+            if encoded:
+                accepted = await conn.fetch(
+                    STORE,
+                    [e.row.workspace_id for e in encoded],
+                    [e.row.id for e in encoded],
+                    [e.row.generation for e in encoded],
+                    [Vector(e.vectors[0]) for e in encoded],
+                    self.embedder.name,
+                )
+                keep = {(r["workspace_id"], r["id"]) for r in accepted}
+                stored = len(keep)
+                kept = [e for e in encoded if (e.row.workspace_id, e.row.id) in keep]
+                if kept:
+                    await conn.execute(
+                        DELETE_CHUNKS,
+                        [e.row.workspace_id for e in kept],
+                        [e.row.id for e in kept],
+                    )
+                    extra = [(e, i) for e in kept for i in range(1, len(e.vectors))]
+                    if extra:
+                        await conn.execute(
+                            INSERT_CHUNKS,
+                            [e.row.workspace_id for e, _ in extra],
+                            [e.row.id for e, _ in extra],
+                            [i for _, i in extra],
+                            [Vector(e.vectors[i]) for e, i in extra],
+                        )
+            if failed:
+                await conn.execute(
+                    FAIL,
+                    [row.workspace_id for row, _ in failed],
+                    [row.id for row, _ in failed],
+                    [error for _, error in failed],
+                    self.config.max_attempts,
+                )
+                for row, error in failed:
+                    log.warning(
+                        "embedding failed",
+                        extra={"memory": row.id, "attempt": row.attempts, "error": error},
+                    )
+        return stored
+
+    async def run_once(self) -> int:
+        """Claim, encode and store one batch; the number of memories embedded."""
+        claimed = await self.claim()
+        if not claimed:
+            return 0
+        # A row claimed more often than it was allowed to fail took its workers down with
+        # it (killed mid-batch each time): give up on it instead of looping forever.
+        limit = self.config.max_attempts
+        exhausted = [
+            (r, f"gave up after {r.attempts - 1} interrupted attempts")
+            for r in claimed
+            if r.attempts > limit
+        ]
+        rows = [r for r in claimed if r.attempts <= limit]
+        started = time.perf_counter()
+        try:
+            encoded, failed = await asyncio.to_thread(self.encode, rows)
+        except Exception as exc:
+            encoded, failed = [], [(rows[0], f"{type(exc).__name__}: {exc}"[:1000])]
+        failed = [*failed, *exhausted]
+        elapsed = time.perf_counter() - started
+        stored = await self.store(encoded, failed)
+        self.stats.embedded += stored
+        self.stats.failed += len(failed)
+        self.stats.batches += 1
+        self.stats.seconds_encoding += elapsed
+        for observe in self.stats.observers:
+            observe(stored, elapsed)
+        return len(claimed)
+
+    async def drain(self) -> int:
+        """Work until nothing is claimable; the number of memories claimed."""
+        total = 0
+        while n := await self.run_once():
+            total += n
+        return total
+
+    # --- the loop -------------------------------------------------------------------------
+
+    def _notified(self, *args: object) -> None:
+        self._wake.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Until ``stop`` is set: drain, then sleep until notified or ``poll_s`` passes.
+
+        Stopping never interrupts a batch: the current one is stored first.
+        """
+        listener: asyncpg.Connection | None = None
+        try:
+            listener = await self.pool.acquire()
+            await listener.add_listener(CHANNEL, self._notified)
+        except Exception:
+            log.exception("LISTEN failed; falling back to polling")
+        try:
+            while not stop.is_set():
+                self._wake.clear()
+                try:
+                    claimed = await self.run_once()
+                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                    log.exception("worker batch failed; retrying after the poll interval")
+                    claimed = 0
+                if claimed:
+                    continue
+                waiters = [
+                    asyncio.ensure_future(self._wake.wait()),
+                    asyncio.ensure_future(stop.wait()),
+                ]
+                await asyncio.wait(
+                    waiters, timeout=self.config.poll_s, return_when=asyncio.FIRST_COMPLETED
+                )
+                for w in waiters:
+                    w.cancel()
+        finally:
+            if listener is not None:
+                with contextlib.suppress(Exception):
+                    await listener.remove_listener(CHANNEL, self._notified)
+                await self.pool.release(listener)
+
+
+async def queue_state(conn: asyncpg.Connection | asyncpg.Pool) -> tuple[int, float]:
+    """(memories waiting for a vector, age in seconds of the oldest)."""
+    row = await conn.fetchrow(QUEUE)
+    assert row is not None
+    return int(row["depth"]), float(row["lag"])

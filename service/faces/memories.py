@@ -1,0 +1,136 @@
+"""Write API (SPEC §3.1): create, get, patch, delete/purge, versions, media."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from service import writes
+from service.errors import bad_request, conflict, forbidden, not_found
+from service.jsonutil import iso, json_response, read_body
+from service.middleware import principal_of
+from service.queries import idempotency
+from service.queries import memories as q
+from service.render import memory_object
+from service.state import POOL
+
+_encoder = msgspec.json.Encoder()
+
+
+def written_object(w: writes.Written) -> dict[str, Any]:
+    return {**memory_object(w.memory), "deduplicated": w.deduplicated, "upserted": w.upserted}
+
+
+async def create_memories(request: web.Request) -> web.Response:
+    principal = principal_of(request)
+    raw = await request.read()
+    key = request.headers.get("Idempotency-Key")
+    if key is not None and not 1 <= len(key) <= 255:
+        raise bad_request("Idempotency-Key must be 1 to 255 characters")
+    # A replay must be the same request: same method, path and bytes of body.
+    fingerprint = hashlib.sha256(f"{request.method} {request.path}\n".encode() + raw).digest()
+
+    async with request.app[POOL].acquire() as conn, conn.transaction():
+        if key is not None:
+            stored = await idempotency.lock_and_get(conn, principal.workspace_id, key)
+            if stored is not None:
+                if stored.request_sha256 != fingerprint:
+                    raise conflict(
+                        "This Idempotency-Key was already used with a different request body"
+                    )
+                return web.Response(
+                    body=stored.response,
+                    status=stored.status,
+                    content_type="application/json",
+                    headers={"Idempotent-Replayed": "true"},
+                )
+        items, batch = writes.decode_items(raw)
+        ctx = writes.WriteContext(principal)
+        results = [
+            await writes.write(conn, ctx, item, label=f"memories[{i}]" if batch else "")
+            for i, item in enumerate(items)
+        ]
+        await writes.finish(conn, ctx)
+        if batch:
+            status, body = 200, {"memories": [written_object(w) for w in results]}
+        else:
+            status, body = (201 if results[0].created else 200), written_object(results[0])
+        encoded = _encoder.encode(body)
+        if key is not None:
+            await idempotency.save(conn, principal.workspace_id, key, fingerprint, status, encoded)
+    return web.Response(body=encoded, status=status, content_type="application/json")
+
+
+async def get_memory(request: web.Request) -> web.Response:
+    memory_id = request.match_info["memory_id"]
+    memory = await q.get_readable(request.app[POOL], principal_of(request), memory_id)
+    if memory is None:
+        raise not_found(f"Memory {memory_id!r} not found")
+    return json_response(memory_object(memory))
+
+
+async def patch_memory(request: web.Request) -> web.Response:
+    body = await read_body(request, writes.MemoryPatch)
+    ctx = writes.WriteContext(principal_of(request))
+    async with request.app[POOL].acquire() as conn, conn.transaction():
+        memory = await writes.patch(conn, ctx, request.match_info["memory_id"], body)
+        await writes.finish(conn, ctx)
+    return json_response(memory_object(memory))
+
+
+async def delete_memory(request: web.Request) -> web.Response:
+    principal = principal_of(request)
+    purge = request.query.get("purge", "").lower()
+    if purge not in ("", "true", "false"):
+        raise bad_request("purge must be true or false", param="purge")
+    ctx = writes.WriteContext(principal)
+    memory_id = request.match_info["memory_id"]
+    async with request.app[POOL].acquire() as conn, conn.transaction():
+        if purge == "true":
+            if "admin" not in principal.scopes:
+                raise forbidden("Purging a memory needs the 'admin' scope")
+            await writes.purge(conn, ctx, memory_id)
+            await writes.finish(conn, ctx)
+            return json_response({"id": memory_id, "purged": True})
+        memory = await writes.delete(conn, ctx, memory_id)
+        await writes.finish(conn, ctx)
+    return json_response(memory_object(memory))
+
+
+async def list_versions(request: web.Request) -> web.Response:
+    principal = principal_of(request)
+    memory_id = request.match_info["memory_id"]
+    pool = request.app[POOL]
+    if await q.get_readable(pool, principal, memory_id) is None:
+        raise not_found(f"Memory {memory_id!r} not found")
+    versions = await q.list_versions(pool, principal.workspace_id, memory_id)
+    return json_response(
+        {
+            "data": [
+                {
+                    "id": ver.id,
+                    "operation": ver.operation,
+                    "actor": ver.actor,
+                    "content_sha256": ver.content_sha256,
+                    "path": ver.path,
+                    "status": ver.status,
+                    "created_at": iso(ver.created_at),
+                }
+                for ver in versions
+            ]
+        }
+    )
+
+
+async def get_media(request: web.Request) -> web.Response:
+    memory_id = request.match_info["memory_id"]
+    found = await q.get_media(request.app[POOL], principal_of(request), memory_id)
+    if found is None:
+        raise not_found(f"Memory {memory_id!r} has no media")
+    data, media_type = found
+    return web.Response(
+        body=data, content_type=media_type, headers={"Cache-Control": "private, max-age=3600"}
+    )

@@ -1,0 +1,68 @@
+"""Speakers of a store (SPEC §3.1): who a memory may be attributed to. ``me`` always exists."""
+
+from __future__ import annotations
+
+import msgspec
+from aiohttp import web
+
+from service.errors import bad_request, conflict, not_found
+from service.jsonutil import iso, json_response, read_body
+from service.middleware import principal_of
+from service.queries import memories as q
+from service.state import POOL
+
+MAX_SPEAKER_CHARS = 64
+
+
+class SpeakerIn(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+
+
+def check_speaker_name(name: str) -> str:
+    if not name or name != name.strip() or len(name) > MAX_SPEAKER_CHARS:
+        raise bad_request(
+            f"Speaker names are 1-{MAX_SPEAKER_CHARS} characters without leading or "
+            "trailing spaces",
+            param="name",
+        )
+    if any(not ch.isprintable() for ch in name):
+        raise bad_request("Speaker names must not contain control characters", param="name")
+    return name
+
+
+async def _store(request: web.Request) -> q.Store:
+    ref = request.match_info["store"]
+    store = await q.resolve_store(request.app[POOL], principal_of(request).workspace_id, ref)
+    if store is None:
+        raise not_found(f"Store {ref!r} not found")
+    return store
+
+
+async def list_speakers(request: web.Request) -> web.Response:
+    store = await _store(request)
+    found = await q.list_speakers(request.app[POOL], principal_of(request).workspace_id, store.id)
+    return json_response({"data": [{"name": n, "created_at": iso(t)} for n, t in found]})
+
+
+async def add_speaker(request: web.Request) -> web.Response:
+    body = await read_body(request, SpeakerIn)
+    name = check_speaker_name(body.name)
+    store = await _store(request)
+    if name == "me":
+        raise conflict("Speaker 'me' (the agent itself) always exists")
+    workspace = principal_of(request).workspace_id
+    added = await q.add_speaker(request.app[POOL], workspace, store.id, name)
+    if added is None:
+        raise conflict(f"Speaker {name!r} is already registered in store {store.name!r}")
+    return json_response({"name": added[0], "created_at": iso(added[1])}, status=201)
+
+
+async def delete_speaker(request: web.Request) -> web.Response:
+    name = request.match_info["name"]
+    store = await _store(request)
+    if name == "me":
+        raise bad_request("Speaker 'me' (the agent itself) cannot be removed")
+    workspace = principal_of(request).workspace_id
+    if not await q.delete_speaker(request.app[POOL], workspace, store.id, name):
+        raise not_found(f"Speaker {name!r} is not registered in store {store.name!r}")
+    return web.Response(status=204)

@@ -1,0 +1,446 @@
+"""Memories, their versions, stores and speakers: the SQL of the write path.
+
+Every read of a memory goes through ``mneme_readable`` (defined once, in the first
+migration) with the caller's principal, so an unreadable memory is simply "not found".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+
+from service.ids import new_id
+from service.queries import Conn
+from service.queries.keys import Principal
+
+NOTIFY_CHANNEL = "mneme_embed"
+
+
+@dataclass(frozen=True)
+class Store:
+    id: str
+    name: str
+    description: str
+    metadata: dict[str, str]
+    strip_temporal: bool
+    version: int
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class Memory:
+    id: str
+    store_id: str
+    kind: str
+    text: str
+    media_type: str | None
+    scope: str
+    tier: str
+    fact_type: str | None
+    status: str
+    provider: str
+    provider_ref: str
+    entity_refs: list[str]
+    proof_count: int | None
+    category: str
+    importance: float
+    speaker: str | None
+    event_date: datetime | None
+    superseded_by: str | None
+    path: str | None
+    metadata: dict[str, str]
+    content_sha256: str
+    content_size_bytes: int
+    expires_at: datetime | None
+    transitory: bool
+    first_seen_at: datetime
+    last_used_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    embedding_status: str
+
+
+@dataclass(frozen=True)
+class Version:
+    id: str
+    operation: str
+    actor: str | None
+    content_sha256: str | None
+    path: str | None
+    status: str
+    created_at: datetime
+
+
+MEMORY_COLUMNS = """
+m.id, m.store_id, m.kind, m.text, m.media_type, m.scope, m.tier, m.fact_type, m.status,
+m.provider, m.provider_ref, m.entity_refs, m.proof_count, m.category, m.importance,
+m.speaker, m.event_date, m.superseded_by, m.path, m.metadata, m.content_sha256,
+m.content_size_bytes, m.expires_at, m.transitory, m.first_seen_at, m.last_used_at,
+m.created_at, m.updated_at, m.embedding_status
+"""
+
+# The columns a write may set, by name; updates are built only from these constants.
+WRITABLE = (
+    "text",
+    "kind",
+    "media",
+    "media_type",
+    "scope",
+    "tier",
+    "fact_type",
+    "status",
+    "provider",
+    "provider_ref",
+    "entity_refs",
+    "proof_count",
+    "category",
+    "importance",
+    "speaker",
+    "event_date",
+    "path",
+    "metadata",
+    "content_sha256",
+    "content_size_bytes",
+    "expires_at",
+    "transitory",
+    "first_seen_at",
+    "last_used_at",
+)
+# Changing these changes what is embedded.
+EMBEDDED = frozenset({"text", "speaker"})
+
+
+def _memory(row: asyncpg.Record) -> Memory:
+    return Memory(**dict(row.items()))
+
+
+# --- stores and speakers ------------------------------------------------------------------
+
+STORE_COLUMNS = """
+id, name, description, metadata, strip_temporal, version, created_at, updated_at
+"""
+
+SELECT_STORE = f"""
+SELECT {STORE_COLUMNS} FROM stores
+WHERE workspace_id = $1 AND (id = $2 OR lower(name) = lower($2))
+ORDER BY id = $2 DESC
+LIMIT 1
+"""
+
+
+async def resolve_store(conn: Conn, workspace_id: str, ref: str) -> Store | None:
+    """A store by its ``memstore_…`` id (exact) or its name (case-insensitive)."""
+    row = await conn.fetchrow(SELECT_STORE, workspace_id, ref)
+    return None if row is None else Store(**dict(row.items()))
+
+
+BUMP_STORE = """
+UPDATE stores SET version = version + 1 WHERE workspace_id = $1 AND id = ANY($2::text[])
+"""
+
+
+async def touch_stores(conn: asyncpg.Connection, workspace_id: str, store_ids: list[str]) -> None:
+    """After a write: invalidate the stores' search caches and wake the workers (on commit)."""
+    await conn.execute(BUMP_STORE, workspace_id, sorted(set(store_ids)))
+    await conn.execute("SELECT pg_notify($1, '')", NOTIFY_CHANNEL)
+
+
+SELECT_SPEAKERS = """
+SELECT 'me' AS name, s.created_at FROM stores s WHERE s.workspace_id = $1 AND s.id = $2
+UNION ALL
+SELECT name, created_at FROM (
+    SELECT name, created_at FROM speakers WHERE workspace_id = $1 AND store_id = $2 ORDER BY name
+) registered
+"""
+
+
+async def list_speakers(conn: Conn, workspace_id: str, store_id: str) -> list[tuple[str, datetime]]:
+    rows = await conn.fetch(SELECT_SPEAKERS, workspace_id, store_id)
+    return [(r["name"], r["created_at"]) for r in rows]
+
+
+INSERT_SPEAKER = """
+INSERT INTO speakers (workspace_id, store_id, name) VALUES ($1, $2, $3)
+ON CONFLICT DO NOTHING
+RETURNING name, created_at
+"""
+
+
+async def add_speaker(
+    conn: Conn, workspace_id: str, store_id: str, name: str
+) -> tuple[str, datetime] | None:
+    """``None`` when already registered."""
+    row = await conn.fetchrow(INSERT_SPEAKER, workspace_id, store_id, name)
+    return None if row is None else (row["name"], row["created_at"])
+
+
+DELETE_SPEAKER = """
+DELETE FROM speakers WHERE workspace_id = $1 AND store_id = $2 AND name = $3 RETURNING name
+"""
+
+
+async def delete_speaker(conn: Conn, workspace_id: str, store_id: str, name: str) -> bool:
+    return await conn.fetchval(DELETE_SPEAKER, workspace_id, store_id, name) is not None
+
+
+SPEAKER_EXISTS = """
+SELECT EXISTS (SELECT 1 FROM speakers WHERE workspace_id = $1 AND store_id = $2 AND name = $3)
+"""
+
+
+async def speaker_exists(conn: Conn, workspace_id: str, store_id: str, name: str) -> bool:
+    if name == "me":
+        return True
+    return bool(await conn.fetchval(SPEAKER_EXISTS, workspace_id, store_id, name))
+
+
+# --- reading one memory ---------------------------------------------------------------------
+
+SELECT_READABLE = f"""
+SELECT {MEMORY_COLUMNS} FROM memories m
+WHERE m.workspace_id = $1 AND m.id = $2 AND mneme_readable(m.scope, $3, $4, $5)
+"""
+
+
+async def get_readable(
+    conn: Conn, principal: Principal, memory_id: str, *, for_update: bool = False
+) -> Memory | None:
+    sql = SELECT_READABLE + (" FOR UPDATE" if for_update else "")
+    row = await conn.fetchrow(
+        sql,
+        principal.workspace_id,
+        memory_id,
+        principal.is_service,
+        principal.member,
+        principal.rooms,
+    )
+    return None if row is None else _memory(row)
+
+
+SELECT_MEDIA = """
+SELECT m.media, m.media_type FROM memories m
+WHERE m.workspace_id = $1 AND m.id = $2 AND mneme_readable(m.scope, $3, $4, $5)
+  AND m.media IS NOT NULL
+"""
+
+
+async def get_media(conn: Conn, principal: Principal, memory_id: str) -> tuple[bytes, str] | None:
+    row = await conn.fetchrow(
+        SELECT_MEDIA,
+        principal.workspace_id,
+        memory_id,
+        principal.is_service,
+        principal.member,
+        principal.rooms,
+    )
+    return None if row is None else (bytes(row["media"]), row["media_type"])
+
+
+SELECT_BY_PROVIDER_REF = f"""
+SELECT {MEMORY_COLUMNS} FROM memories m
+WHERE m.workspace_id = $1 AND m.store_id = $2 AND m.provider = $3 AND m.provider_ref = $4
+FOR UPDATE
+"""
+
+
+async def by_provider_ref(
+    conn: Conn, workspace_id: str, store_id: str, provider: str, provider_ref: str
+) -> Memory | None:
+    row = await conn.fetchrow(
+        SELECT_BY_PROVIDER_REF, workspace_id, store_id, provider, provider_ref
+    )
+    return None if row is None else _memory(row)
+
+
+SELECT_DUPLICATE = f"""
+SELECT {MEMORY_COLUMNS} FROM memories m
+WHERE m.workspace_id = $1 AND m.store_id = $2 AND m.content_sha256 = $3
+  AND m.status = 'active' AND m.path IS NULL
+  AND m.scope = $4 AND m.speaker IS NOT DISTINCT FROM $5 AND m.text = $6
+ORDER BY m.id
+LIMIT 1
+FOR UPDATE
+"""
+
+
+async def find_duplicate(
+    conn: Conn,
+    workspace_id: str,
+    store_id: str,
+    sha256: str,
+    scope: str,
+    speaker: str | None,
+    text: str,
+) -> Memory | None:
+    row = await conn.fetchrow(
+        SELECT_DUPLICATE, workspace_id, store_id, sha256, scope, speaker, text
+    )
+    return None if row is None else _memory(row)
+
+
+LOCK_IDENTITY = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
+
+
+async def lock_identity(conn: asyncpg.Connection, *parts: str) -> None:
+    """Serialise writes that would decide the same identity (dedupe, upsert) until commit."""
+    await conn.execute(LOCK_IDENTITY, "\x1f".join(parts))
+
+
+# --- writing ------------------------------------------------------------------------------
+
+
+async def insert(
+    conn: asyncpg.Connection, workspace_id: str, store_id: str, fields: dict[str, Any]
+) -> Memory:
+    columns = [c for c in WRITABLE if c in fields]
+    unknown = set(fields) - set(WRITABLE)
+    assert not unknown, unknown
+    memory_id = new_id("mem")
+    if "provider_ref" not in fields:
+        columns.append("provider_ref")
+        fields = {**fields, "provider_ref": memory_id}
+    names = ", ".join(columns)
+    params = ", ".join(f"${i + 4}" for i in range(len(columns)))
+    sql = (
+        f"INSERT INTO memories AS m (workspace_id, id, store_id, {names}) "
+        f"VALUES ($1, $2, $3, {params}) RETURNING {MEMORY_COLUMNS}"
+    )
+    row = await conn.fetchrow(sql, workspace_id, memory_id, store_id, *(fields[c] for c in columns))
+    assert row is not None
+    return _memory(row)
+
+
+async def update(
+    conn: asyncpg.Connection, workspace_id: str, memory_id: str, changes: dict[str, Any]
+) -> Memory:
+    """Set the given columns; re-queue for embedding when what is embedded changed."""
+    columns = [c for c in WRITABLE if c in changes]
+    assert set(changes) == set(columns), set(changes) - set(columns)
+    sets = [f"{c} = ${i + 3}" for i, c in enumerate(columns)]
+    sets.append("updated_at = now()")
+    if EMBEDDED & set(columns):
+        sets += [
+            "embedding_generation = m.embedding_generation + 1",
+            "embedding_status = 'pending'",
+            "embedding_attempts = 0",
+            "embedding_error = NULL",
+            "embedding_lease_until = NULL",
+        ]
+    sql = (
+        f"UPDATE memories AS m SET {', '.join(sets)} "
+        f"WHERE m.workspace_id = $1 AND m.id = $2 RETURNING {MEMORY_COLUMNS}"
+    )
+    row = await conn.fetchrow(sql, workspace_id, memory_id, *(changes[c] for c in columns))
+    assert row is not None
+    return _memory(row)
+
+
+BUMP_PROOF = f"""
+UPDATE memories AS m SET proof_count = coalesce(m.proof_count, 1) + 1, updated_at = now()
+WHERE m.workspace_id = $1 AND m.id = $2
+RETURNING {MEMORY_COLUMNS}
+"""
+
+
+async def bump_proof(conn: asyncpg.Connection, workspace_id: str, memory_id: str) -> Memory:
+    row = await conn.fetchrow(BUMP_PROOF, workspace_id, memory_id)
+    assert row is not None
+    return _memory(row)
+
+
+SET_SUPERSEDED = f"""
+UPDATE memories AS m SET superseded_by = $3, updated_at = now()
+WHERE m.workspace_id = $1 AND m.id = $2
+RETURNING {MEMORY_COLUMNS}
+"""
+
+
+async def set_superseded(
+    conn: asyncpg.Connection, workspace_id: str, memory_id: str, by: str
+) -> Memory:
+    row = await conn.fetchrow(SET_SUPERSEDED, workspace_id, memory_id, by)
+    assert row is not None
+    return _memory(row)
+
+
+PURGE = "DELETE FROM memories WHERE workspace_id = $1 AND id = $2 RETURNING store_id"
+
+
+async def purge(conn: asyncpg.Connection, workspace_id: str, memory_id: str) -> str | None:
+    """Erase the row, its media, vectors and versions for good; returns its store id."""
+    store_id: str | None = await conn.fetchval(PURGE, workspace_id, memory_id)
+    return store_id
+
+
+# --- versions -----------------------------------------------------------------------------
+
+INSERT_VERSION = """
+INSERT INTO memory_versions
+    (workspace_id, id, memory_id, operation, actor, text, metadata, content_sha256, path, status)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+"""
+
+
+async def add_version(
+    conn: asyncpg.Connection, workspace_id: str, memory: Memory, operation: str, actor: str | None
+) -> None:
+    await conn.execute(
+        INSERT_VERSION,
+        workspace_id,
+        new_id("memver"),
+        memory.id,
+        operation,
+        actor,
+        memory.text,
+        memory.metadata,
+        memory.content_sha256,
+        memory.path,
+        memory.status,
+    )
+
+
+SELECT_VERSIONS = """
+SELECT id, operation, actor, content_sha256, path, status, created_at
+FROM memory_versions WHERE workspace_id = $1 AND memory_id = $2
+ORDER BY id DESC
+"""
+
+
+async def list_versions(conn: Conn, workspace_id: str, memory_id: str) -> list[Version]:
+    rows = await conn.fetch(SELECT_VERSIONS, workspace_id, memory_id)
+    return [Version(**dict(r.items())) for r in rows]
+
+
+# --- retention ----------------------------------------------------------------------------
+
+ARCHIVE_DUE = f"""
+WITH due AS (
+    SELECT workspace_id, id FROM memories
+    WHERE status = 'active'
+      AND ((expires_at IS NOT NULL AND expires_at <= now())
+           OR (transitory AND last_used_at < now() - make_interval(secs => $1)))
+    ORDER BY workspace_id, id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE memories m SET status = 'archived', updated_at = now()
+FROM due WHERE m.workspace_id = due.workspace_id AND m.id = due.id
+RETURNING m.workspace_id, {MEMORY_COLUMNS}
+"""
+
+
+async def archive_due(
+    conn: asyncpg.Connection, transitory_idle_s: float, limit: int = 1000
+) -> list[tuple[str, Memory]]:
+    """Archive expired memories and idle transitory ones (one batch); returns them."""
+    rows = await conn.fetch(ARCHIVE_DUE, transitory_idle_s, limit)
+    out = []
+    for r in rows:
+        values = dict(r.items())
+        workspace_id = values.pop("workspace_id")
+        out.append((workspace_id, Memory(**values)))
+    return out

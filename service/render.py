@@ -1,0 +1,43 @@
+"""How memories look on the wire (camelCase faces: write API, browse)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from service.jsonutil import iso, iso_or_none
+from service.queries.memories import Memory
+
+
+def browse_object(m: Memory) -> dict[str, Any]:
+    """The seed's Memory Object, field for field."""
+    return {
+        "id": m.id,
+        "text": m.text,
+        "scope": m.scope,
+        "tier": m.tier,
+        "factType": m.fact_type,
+        "status": m.status,
+        "provider": m.provider,
+        "providerRef": m.provider_ref,
+        "entityRefs": m.entity_refs,
+        "proofCount": m.proof_count,
+        "firstSeenAt": iso(m.first_seen_at),
+        "lastUsedAt": iso(m.last_used_at),
+    }
+
+
+def memory_object(m: Memory) -> dict[str, Any]:
+    """The write API's memory: the browse object plus what a writer set (SPEC §8)."""
+    return {
+        **browse_object(m),
+        "store": m.store_id,
+        "speaker": m.speaker,
+        "eventDate": iso_or_none(m.event_date),
+        "importance": m.importance,
+        "category": m.category,
+        "supersededBy": m.superseded_by,
+        "path": m.path,
+        "metadata": m.metadata,
+        "contentSha256": m.content_sha256,
+        "embeddingStatus": m.embedding_status,
+    }

@@ -1,0 +1,153 @@
+"""``mneme import`` / ``mneme export``: a store's memories as JSON lines, streamed.
+
+Each line is a write-API memory object (camelCase), so an exported file imports through
+the same rules as ``POST /api/v1/memories``. ``providerRef`` is always exported (it
+defaults to the memory's own id), which makes re-importing the same file an upsert, not
+a copy. Image media travel as base64. Links between memories (``supersededBy``) are
+not exported.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+import msgspec
+
+from service import writes
+from service.errors import ApiError
+from service.jsonutil import iso, iso_or_none
+from service.queries import memories as q
+from service.queries.keys import Principal
+
+BATCH = 500
+
+EXPORT = """
+SELECT m.text, m.scope, m.tier, m.fact_type, m.status, m.provider, m.provider_ref,
+       m.entity_refs, m.proof_count, m.category, m.importance, m.speaker, m.event_date,
+       m.path, m.metadata, m.expires_at, m.transitory, m.first_seen_at, m.last_used_at,
+       m.media, m.media_type
+FROM memories m
+WHERE m.workspace_id = $1 AND m.store_id = $2 AND (m.status <> 'deleted' OR $3)
+ORDER BY m.created_at, m.id
+"""
+
+
+def export_line(r: asyncpg.Record) -> dict[str, Any]:
+    line: dict[str, Any] = {
+        "text": r["text"],
+        "scope": r["scope"],
+        "tier": r["tier"],
+        "factType": r["fact_type"],
+        "status": r["status"],
+        "provider": r["provider"],
+        "providerRef": r["provider_ref"],
+        "entityRefs": r["entity_refs"],
+        "proofCount": r["proof_count"],
+        "category": r["category"],
+        "importance": r["importance"],
+        "speaker": r["speaker"],
+        "eventDate": iso_or_none(r["event_date"]),
+        "metadata": r["metadata"],
+        "expiresAt": iso_or_none(r["expires_at"]),
+        "transitory": r["transitory"],
+        "firstSeenAt": iso(r["first_seen_at"]),
+        "lastUsedAt": iso(r["last_used_at"]),
+    }
+    if r["path"] is not None:
+        line["path"] = r["path"]
+    if r["media"] is not None:
+        line["image"] = {
+            "data": base64.b64encode(bytes(r["media"])).decode(),
+            "mimeType": r["media_type"],
+        }
+    return line
+
+
+async def export_store(
+    conn: asyncpg.Connection, workspace_id: str, store_id: str, *, include_deleted: bool = False
+) -> AsyncIterator[bytes]:
+    """JSON lines, streamed through a server-side cursor (constant memory)."""
+    encoder = msgspec.json.Encoder()
+    async with conn.transaction(isolation="repeatable_read", readonly=True):
+        async for row in conn.cursor(EXPORT, workspace_id, store_id, include_deleted, prefetch=500):
+            yield encoder.encode(export_line(row)) + b"\n"
+
+
+@dataclass
+class ImportResult:
+    created: int = 0
+    deduplicated: int = 0
+    upserted: int = 0
+    speakers_registered: int = 0
+
+
+class ImportError_(Exception):
+    """A line that the write rules refuse; names the line number."""
+
+
+def service_principal(workspace_id: str, actor: str) -> Principal:
+    return Principal(
+        key_id=actor,
+        workspace_id=workspace_id,
+        workspace_tier="scale",
+        kind="service",
+        member=None,
+        scopes=frozenset({"memory:read", "memory:write", "admin"}),
+        rooms=[],
+    )
+
+
+async def import_lines(
+    pool: asyncpg.Pool,
+    workspace_id: str,
+    store: q.Store,
+    lines: Iterable[tuple[int, bytes]],
+    *,
+    create_speakers: bool = False,
+    progress: Callable[[int], None] = lambda n: None,
+) -> ImportResult:
+    """Write (line number, JSON) pairs into ``store`` in transactions of ``BATCH`` lines.
+
+    Every batch before a refused line stays imported; the error names the line.
+    """
+    result = ImportResult()
+    decoder = msgspec.json.Decoder(writes.MemoryIn)
+    principal = service_principal(workspace_id, "cli:import")
+    batch: list[tuple[int, writes.MemoryIn]] = []
+
+    async def flush() -> None:
+        async with pool.acquire() as conn, conn.transaction():
+            ctx = writes.WriteContext(principal)
+            for number, item in batch:
+                if create_speakers and isinstance(item.speaker, str) and item.speaker != "me":
+                    added = await q.add_speaker(conn, workspace_id, store.id, item.speaker)
+                    result.speakers_registered += added is not None
+                try:
+                    done = await writes.write(conn, ctx, item)
+                except ApiError as exc:
+                    raise ImportError_(f"line {number}: {exc.message}") from None
+                result.created += done.created
+                result.deduplicated += done.deduplicated
+                result.upserted += done.upserted
+            await writes.finish(conn, ctx)
+        progress(len(batch))
+        batch.clear()
+
+    for number, raw in lines:
+        if not raw.strip():
+            continue
+        try:
+            item = decoder.decode(raw)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            raise ImportError_(f"line {number}: {exc}") from None
+        item.store = store.id
+        batch.append((number, item))
+        if len(batch) >= BATCH:
+            await flush()
+    if batch:
+        await flush()
+    return result

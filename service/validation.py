@@ -1,0 +1,141 @@
+"""Rules for values a client writes: text, scope, path, metadata, images.
+
+Each check raises a 400 ``ApiError`` whose message names the field and says what is
+allowed. Nothing here touches the database.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import unicodedata
+
+from service.errors import bad_request
+from service.ids import is_name
+
+MAX_TEXT_BYTES = 102_400
+MAX_PATH_BYTES = 1024
+MAX_METADATA_KEYS = 16
+MAX_IMAGE_BYTES = 5 * 1024 * 1024
+TIERS = ("core", "hindsight")
+STATUSES = ("active", "archived", "deleted")
+
+# Magic numbers: the bytes must really be the type they claim.
+IMAGE_MAGIC: dict[str, tuple[bytes, ...]] = {
+    "image/png": (b"\x89PNG\r\n\x1a\n",),
+    "image/jpeg": (b"\xff\xd8\xff",),
+    "image/gif": (b"GIF87a", b"GIF89a"),
+    "image/webp": (b"RIFF",),  # and "WEBP" at offset 8
+}
+
+
+def looks_like(raw: bytes, mime_type: str) -> bool:
+    if not raw.startswith(IMAGE_MAGIC[mime_type]):
+        return False
+    return mime_type != "image/webp" or raw[8:12] == b"WEBP"
+
+
+def check_text(text: str, field: str = "text") -> bytes:
+    """1 byte to 100 KiB of UTF-8 without NUL; returns the UTF-8 bytes."""
+    if "\x00" in text:
+        raise bad_request(f"{field} must not contain NUL characters", param=field)
+    try:
+        raw = text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise bad_request(f"{field} is not valid UTF-8 (lone surrogate)", param=field) from None
+    if not raw:
+        raise bad_request(f"{field} must not be empty", param=field)
+    if len(raw) > MAX_TEXT_BYTES:
+        raise bad_request(
+            f"{field} is {len(raw)} bytes; the limit is {MAX_TEXT_BYTES} bytes of UTF-8",
+            param=field,
+        )
+    return raw
+
+
+def sha256_hex(raw: bytes) -> str:
+    return hashlib.sha256(raw).hexdigest()
+
+
+def check_scope(scope: str) -> str:
+    """``workspace``, ``room:<id>`` or ``pair:<id>:<id>`` with ids obeying the member-id rule."""
+    kind, _, rest = scope.partition(":")
+    ok = False
+    if scope == "workspace":
+        ok = True
+    elif kind == "room":
+        ok = is_name(rest)
+    elif kind == "pair":
+        parts = rest.split(":")
+        ok = len(parts) == 2 and all(is_name(p) for p in parts)
+    if not ok:
+        raise bad_request(
+            f"Invalid scope {scope!r}: use 'workspace', 'room:<roomId>' or "
+            "'pair:<humanId>:<agentId>'",
+            param="scope",
+        )
+    return scope
+
+
+def check_choice(value: str, valid: tuple[str, ...], field: str) -> str:
+    if value not in valid:
+        raise bad_request(
+            f"Invalid {field} {value!r}; valid values: {', '.join(valid)}",
+            param=field,
+            valid=list(valid),
+        )
+    return value
+
+
+def check_path(path: str) -> str:
+    """SPEC §3.4: 1 to 1024 UTF-8 bytes, NFC, relative, no empty/./.. segments, no controls."""
+    if not path:
+        raise bad_request("path must not be empty", param="path")
+    if any(unicodedata.category(ch) == "Cc" for ch in path):
+        raise bad_request("path must not contain control characters", param="path")
+    size = len(path.encode("utf-8", errors="surrogatepass"))
+    if size > MAX_PATH_BYTES:
+        raise bad_request(f"path is {size} bytes; the limit is {MAX_PATH_BYTES}", param="path")
+    if unicodedata.normalize("NFC", path) != path:
+        raise bad_request("path must be in Unicode NFC form", param="path")
+    if path.startswith("/"):
+        raise bad_request("path must be relative: no leading '/'", param="path")
+    for segment in path.split("/"):
+        if segment in ("", ".", ".."):
+            raise bad_request(f"path {path!r} has an empty, '.' or '..' segment", param="path")
+    return path
+
+
+def check_metadata(metadata: dict[str, str]) -> dict[str, str]:
+    if len(metadata) > MAX_METADATA_KEYS:
+        raise bad_request(
+            f"metadata has {len(metadata)} keys; at most {MAX_METADATA_KEYS} are allowed",
+            param="metadata",
+        )
+    for key, value in metadata.items():
+        if "\x00" in key or "\x00" in value:
+            raise bad_request("metadata must not contain NUL characters", param="metadata")
+    return metadata
+
+
+def check_importance(value: float) -> float:
+    if not 0.0 <= value <= 1.0:
+        raise bad_request(f"importance must be between 0 and 1, got {value}", param="importance")
+    return float(value)
+
+
+def decode_image(data: str, mime_type: str) -> bytes:
+    """Base64 media of a supported type, at most 5 MiB decoded, whose bytes match the type."""
+    check_choice(mime_type, tuple(IMAGE_MAGIC), "image.mimeType")
+    if len(data) > (MAX_IMAGE_BYTES * 4) // 3 + 8:
+        raise bad_request("image is larger than 5 MiB", param="image")
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise bad_request("image.data is not valid base64", param="image.data") from None
+    if len(raw) > MAX_IMAGE_BYTES:
+        raise bad_request("image is larger than 5 MiB", param="image")
+    if not looks_like(raw, mime_type):
+        raise bad_request(f"image.data is not a {mime_type} image", param="image.data")
+    return raw

@@ -1,0 +1,419 @@
+"""The write path: create (one or a batch), upsert, dedupe, patch, delete, purge.
+
+Used by the HTTP write API, the Memory Store face and ``mneme import`` alike, so every
+way in follows the same rules. Each function runs inside the caller's transaction; a
+batch is all-or-nothing because the first failing item raises and the transaction
+rolls back. After the writes, ``touch_stores`` bumps the stores' versions (search cache)
+and notifies the embedding workers — delivered when the transaction commits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import asyncpg
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from service import validation as v
+from service.errors import ApiError, bad_request, conflict, forbidden, not_found
+from service.jsonutil import parse_time
+from service.queries import memories as q
+from service.queries.keys import Principal
+from service.queries.memories import Memory, Store
+
+MAX_BATCH = 500
+# Text, path, metadata and status changes are what the audit trail records.
+VERSIONED = ("text", "path", "metadata", "status")
+
+
+class ImageIn(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
+    data: str
+    mime_type: str
+
+
+class MemoryIn(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
+    """A memory as written: camelCase, every field optional so an upsert can omit it."""
+
+    text: str | UnsetType = UNSET
+    store: str | UnsetType = UNSET
+    scope: str | UnsetType = UNSET
+    tier: str | UnsetType = UNSET
+    fact_type: str | UnsetType | None = UNSET
+    status: str | UnsetType = UNSET
+    provider: str | UnsetType = UNSET
+    provider_ref: str | UnsetType | None = UNSET
+    entity_refs: list[str] | UnsetType = UNSET
+    proof_count: int | UnsetType | None = UNSET
+    category: str | UnsetType = UNSET
+    importance: float | UnsetType = UNSET
+    speaker: str | UnsetType | None = UNSET
+    event_date: str | UnsetType | None = UNSET
+    first_seen_at: str | UnsetType = UNSET
+    last_used_at: str | UnsetType = UNSET
+    supersedes: str | UnsetType | None = UNSET
+    path: str | UnsetType | None = UNSET
+    metadata: dict[str, str] | UnsetType = UNSET
+    expires_at: str | UnsetType | None = UNSET
+    transitory: bool | UnsetType = UNSET
+    image: ImageIn | UnsetType | None = UNSET
+
+
+class MemoryPatch(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
+    text: str | UnsetType = UNSET
+    status: str | UnsetType = UNSET
+    scope: str | UnsetType = UNSET
+    tier: str | UnsetType = UNSET
+    fact_type: str | UnsetType | None = UNSET
+    importance: float | UnsetType = UNSET
+    category: str | UnsetType = UNSET
+    metadata: dict[str, str] | UnsetType = UNSET
+    expires_at: str | UnsetType | None = UNSET
+    transitory: bool | UnsetType = UNSET
+    entity_refs: list[str] | UnsetType = UNSET
+    proof_count: int | UnsetType | None = UNSET
+    event_date: str | UnsetType | None = UNSET
+    speaker: str | UnsetType | None = UNSET
+
+
+@dataclass(frozen=True)
+class Written:
+    memory: Memory
+    created: bool = False
+    deduplicated: bool = False
+    upserted: bool = False
+
+
+@dataclass
+class WriteContext:
+    """One request's caller, plus what it has already looked up."""
+
+    principal: Principal
+    default_tier: str = "hindsight"
+    stores: dict[str, Store] = field(default_factory=dict)
+    touched: set[str] = field(default_factory=set)
+
+    @property
+    def workspace_id(self) -> str:
+        return self.principal.workspace_id
+
+
+def decode_items(raw: bytes) -> tuple[list[MemoryIn], bool]:
+    """One memory object or ``{"memories": [...]}``; returns the items and whether a batch."""
+    try:
+        top = msgspec.json.decode(raw, type=dict[str, msgspec.Raw])
+    except msgspec.ValidationError:
+        raise bad_request("Request body must be a JSON object") from None
+    except msgspec.DecodeError as exc:
+        raise bad_request(f"Request body is not valid JSON: {exc}") from None
+    if "memories" in top:
+        extra = sorted(set(top) - {"memories"})
+        if extra:
+            raise bad_request(f"A batch body has only 'memories'; unexpected: {', '.join(extra)}")
+        try:
+            parts = msgspec.json.decode(top["memories"], type=list[msgspec.Raw])
+        except msgspec.ValidationError:
+            raise bad_request("memories must be an array of memory objects") from None
+        if not 1 <= len(parts) <= MAX_BATCH:
+            raise bad_request(f"A batch holds 1 to {MAX_BATCH} memories, got {len(parts)}")
+        items = []
+        for i, part in enumerate(parts):
+            try:
+                items.append(msgspec.json.decode(part, type=MemoryIn))
+            except msgspec.ValidationError as exc:
+                raise bad_request(f"memories[{i}]: {exc}") from None
+        return items, True
+    try:
+        return [msgspec.json.decode(raw, type=MemoryIn)], False
+    except msgspec.ValidationError as exc:
+        raise bad_request(f"Invalid memory: {exc}") from None
+
+
+# --- checks that need the database ------------------------------------------------------------
+
+
+async def store_of(conn: asyncpg.Connection, ctx: WriteContext, ref: str) -> Store:
+    key = ref.lower() if not ref.startswith("memstore_") else ref
+    store = ctx.stores.get(key)
+    if store is None:
+        store = await q.resolve_store(conn, ctx.workspace_id, ref)
+        if store is None:
+            raise not_found(f"Store {ref!r} not found")
+        ctx.stores[key] = store
+    return store
+
+
+def check_writable_scope(principal: Principal, scope: str) -> None:
+    """A personal key may only write into scopes it can read."""
+    if principal.is_service:
+        return
+    kind, _, rest = scope.partition(":")
+    if scope == "workspace":
+        return
+    if kind == "room" and rest in principal.rooms:
+        return
+    if kind == "pair" and principal.member in rest.split(":"):
+        return
+    raise forbidden(f"This key cannot write into scope {scope!r}: its member cannot read it")
+
+
+async def check_speaker(
+    conn: asyncpg.Connection, ctx: WriteContext, store: Store, speaker: str
+) -> None:
+    if not await q.speaker_exists(conn, ctx.workspace_id, store.id, speaker):
+        raise not_found(
+            f"Speaker {speaker!r} is not registered in store {store.name!r}; "
+            f"register it with POST /api/v1/stores/{store.id}/speakers"
+        )
+
+
+# --- turning a request into columns -----------------------------------------------------------
+
+
+def _time(value: str | None, name: str) -> datetime | None:
+    return None if value is None else parse_time(value, name)
+
+
+def columns_of(item: MemoryIn | MemoryPatch) -> dict[str, Any]:
+    """The validated columns an item sets (omitted fields are absent, not null)."""
+    c: dict[str, Any] = {}
+    if item.text is not UNSET:
+        raw = v.check_text(item.text)
+        c.update(text=item.text, content_sha256=v.sha256_hex(raw), content_size_bytes=len(raw))
+    if item.scope is not UNSET:
+        c["scope"] = v.check_scope(item.scope)
+    if item.tier is not UNSET:
+        c["tier"] = v.check_choice(item.tier, v.TIERS, "tier")
+    if item.status is not UNSET:
+        c["status"] = v.check_choice(item.status, v.STATUSES, "status")
+    if item.fact_type is not UNSET:
+        c["fact_type"] = item.fact_type
+    if item.importance is not UNSET:
+        c["importance"] = v.check_importance(item.importance)
+    if item.category is not UNSET:
+        if not item.category.strip():
+            raise bad_request("category must not be empty", param="category")
+        c["category"] = item.category
+    if item.metadata is not UNSET:
+        c["metadata"] = v.check_metadata(item.metadata)
+    if item.expires_at is not UNSET:
+        c["expires_at"] = _time(item.expires_at, "expiresAt")
+    if item.transitory is not UNSET:
+        c["transitory"] = item.transitory
+    if item.entity_refs is not UNSET:
+        c["entity_refs"] = item.entity_refs
+    if item.proof_count is not UNSET:
+        if item.proof_count is not None and item.proof_count < 0:
+            raise bad_request("proofCount must not be negative", param="proofCount")
+        c["proof_count"] = item.proof_count
+    if item.event_date is not UNSET:
+        c["event_date"] = _time(item.event_date, "eventDate")
+    if item.speaker is not UNSET:
+        c["speaker"] = item.speaker
+    if isinstance(item, MemoryIn):
+        if item.provider is not UNSET:
+            if not item.provider.strip():
+                raise bad_request("provider must not be empty", param="provider")
+            c["provider"] = item.provider
+        if item.provider_ref not in (UNSET, None):
+            c["provider_ref"] = item.provider_ref
+        if item.path not in (UNSET, None):
+            assert isinstance(item.path, str)
+            c["path"] = v.check_path(item.path)
+        if item.first_seen_at is not UNSET:
+            c["first_seen_at"] = parse_time(item.first_seen_at, "firstSeenAt")
+        if item.last_used_at is not UNSET:
+            c["last_used_at"] = parse_time(item.last_used_at, "lastUsedAt")
+        if isinstance(item.image, ImageIn):
+            c.update(
+                kind="image",
+                media=v.decode_image(item.image.data, item.image.mime_type),
+                media_type=item.image.mime_type,
+            )
+    return c
+
+
+def _changed(memory: Memory, columns: dict[str, Any]) -> dict[str, Any]:
+    """The columns whose value differs from what is stored."""
+    out = {}
+    for name, value in columns.items():
+        if name == "media" or not hasattr(memory, name) or getattr(memory, name) != value:
+            out[name] = value
+    return out
+
+
+def version_operation(before: Memory | None, after: Memory) -> str | None:
+    if before is None:
+        return "created"
+    if all(getattr(before, f) == getattr(after, f) for f in VERSIONED):
+        return None
+    if after.status == "deleted" and before.status != "deleted":
+        return "deleted"
+    return "modified"
+
+
+# --- create -------------------------------------------------------------------------------
+
+
+async def write(
+    conn: asyncpg.Connection, ctx: WriteContext, item: MemoryIn, *, label: str = ""
+) -> Written:
+    """Create, dedupe or upsert one memory (inside the caller's transaction)."""
+    try:
+        return await _write(conn, ctx, item)
+    except ApiError as exc:
+        if label:
+            exc.message = f"{label}: {exc.message}"
+        raise
+
+
+async def _write(conn: asyncpg.Connection, ctx: WriteContext, item: MemoryIn) -> Written:
+    columns = columns_of(item)
+    store = await store_of(conn, ctx, item.store if item.store is not UNSET else "default")
+    if "scope" in columns:
+        check_writable_scope(ctx.principal, columns["scope"])
+    if columns.get("speaker") is not None:
+        await check_speaker(conn, ctx, store, columns["speaker"])
+    superseded: Memory | None = None
+    if item.supersedes not in (UNSET, None):
+        assert isinstance(item.supersedes, str)
+        superseded = await q.get_readable(conn, ctx.principal, item.supersedes, for_update=True)
+        if superseded is None:
+            raise not_found(f"Memory {item.supersedes!r} (supersedes) not found")
+    if "first_seen_at" in columns and "last_used_at" not in columns:
+        columns["last_used_at"] = columns["first_seen_at"]
+
+    provider = columns.get("provider", "mneme")
+    result: Written
+    if "provider_ref" in columns:
+        await q.lock_identity(conn, ctx.workspace_id, store.id, provider, columns["provider_ref"])
+        existing = await q.by_provider_ref(
+            conn, ctx.workspace_id, store.id, provider, columns["provider_ref"]
+        )
+        if existing is not None:
+            result = await _upsert(conn, ctx, existing, columns)
+        else:
+            result = await _create(conn, ctx, store, columns)
+    elif "path" in columns:
+        result = await _create(conn, ctx, store, columns)
+    else:
+        if "text" not in columns:
+            raise bad_request("text is required", param="text")
+        scope = columns.get("scope", "workspace")
+        speaker = columns.get("speaker")
+        await q.lock_identity(conn, ctx.workspace_id, store.id, columns["content_sha256"])
+        duplicate = await q.find_duplicate(
+            conn,
+            ctx.workspace_id,
+            store.id,
+            columns["content_sha256"],
+            scope,
+            speaker,
+            columns["text"],
+        )
+        if duplicate is not None:
+            bumped = await q.bump_proof(conn, ctx.workspace_id, duplicate.id)
+            result = Written(bumped, deduplicated=True)
+        else:
+            result = await _create(conn, ctx, store, columns)
+
+    if superseded is not None and superseded.id != result.memory.id:
+        await q.set_superseded(conn, ctx.workspace_id, superseded.id, result.memory.id)
+        ctx.touched.add(superseded.store_id)
+    ctx.touched.add(store.id)
+    return result
+
+
+async def _create(
+    conn: asyncpg.Connection, ctx: WriteContext, store: Store, columns: dict[str, Any]
+) -> Written:
+    if "text" not in columns:
+        raise bad_request("text is required", param="text")
+    columns.setdefault("tier", ctx.default_tier)
+    try:
+        async with conn.transaction():  # a savepoint: a path conflict must not poison the batch
+            memory = await q.insert(conn, ctx.workspace_id, store.id, columns)
+    except asyncpg.UniqueViolationError:
+        raise conflict(f"An active memory already has path {columns.get('path')!r}") from None
+    await q.add_version(conn, ctx.workspace_id, memory, "created", ctx.principal.key_id)
+    return Written(memory, created=True)
+
+
+async def _upsert(
+    conn: asyncpg.Connection, ctx: WriteContext, existing: Memory, columns: dict[str, Any]
+) -> Written:
+    if "scope" not in columns:
+        check_writable_scope(ctx.principal, existing.scope)
+    changes = _changed(existing, columns)
+    if not changes:
+        return Written(existing, upserted=True)
+    try:
+        async with conn.transaction():
+            memory = await q.update(conn, ctx.workspace_id, existing.id, changes)
+    except asyncpg.UniqueViolationError:
+        raise conflict(f"An active memory already has path {columns.get('path')!r}") from None
+    operation = version_operation(existing, memory)
+    if operation is not None:
+        await q.add_version(conn, ctx.workspace_id, memory, operation, ctx.principal.key_id)
+    return Written(memory, upserted=True)
+
+
+# --- patch, delete, purge --------------------------------------------------------------------
+
+
+async def patch(
+    conn: asyncpg.Connection, ctx: WriteContext, memory_id: str, body: MemoryPatch
+) -> Memory:
+    existing = await q.get_readable(conn, ctx.principal, memory_id, for_update=True)
+    if existing is None:
+        raise not_found(f"Memory {memory_id!r} not found")
+    columns = columns_of(body)
+    if "scope" in columns:
+        check_writable_scope(ctx.principal, columns["scope"])
+    if columns.get("speaker") is not None:
+        store = await store_of(conn, ctx, existing.store_id)
+        await check_speaker(conn, ctx, store, columns["speaker"])
+    changes = _changed(existing, columns)
+    if not changes:
+        return existing
+    try:
+        async with conn.transaction():
+            memory = await q.update(conn, ctx.workspace_id, existing.id, changes)
+    except asyncpg.UniqueViolationError:
+        # Restoring a deleted path-addressed memory whose path has been taken again.
+        raise conflict(f"An active memory already has path {existing.path!r}") from None
+    operation = version_operation(existing, memory)
+    if operation is not None:
+        await q.add_version(conn, ctx.workspace_id, memory, operation, ctx.principal.key_id)
+    ctx.touched.add(memory.store_id)
+    return memory
+
+
+async def delete(conn: asyncpg.Connection, ctx: WriteContext, memory_id: str) -> Memory:
+    """Tombstone: status ``deleted``, kept for sync. Deleting twice changes nothing."""
+    existing = await q.get_readable(conn, ctx.principal, memory_id, for_update=True)
+    if existing is None:
+        raise not_found(f"Memory {memory_id!r} not found")
+    if existing.status == "deleted":
+        return existing
+    memory = await q.update(conn, ctx.workspace_id, existing.id, {"status": "deleted"})
+    await q.add_version(conn, ctx.workspace_id, memory, "deleted", ctx.principal.key_id)
+    ctx.touched.add(memory.store_id)
+    return memory
+
+
+async def purge(conn: asyncpg.Connection, ctx: WriteContext, memory_id: str) -> None:
+    """Erase the memory, its media, vectors and versions for good."""
+    existing = await q.get_readable(conn, ctx.principal, memory_id, for_update=True)
+    if existing is None:
+        raise not_found(f"Memory {memory_id!r} not found")
+    await q.purge(conn, ctx.workspace_id, existing.id)
+    ctx.touched.add(existing.store_id)
+
+
+async def finish(conn: asyncpg.Connection, ctx: WriteContext) -> None:
+    """Call once after a request's writes, inside its transaction."""
+    if ctx.touched:
+        await q.touch_stores(conn, ctx.workspace_id, sorted(ctx.touched))
