@@ -1,0 +1,181 @@
+"""Retention (archive expired and idle transitory memories), import/export, reembed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from service.queries import memories as q
+from tests.helpers import ADMIN, Client
+
+
+async def write(client: Client, body: dict[str, Any]) -> dict[str, Any]:
+    resp = await client.post("/api/v1/memories", json=body, headers=ADMIN)
+    assert resp.status in (200, 201), await resp.text()
+    out: dict[str, Any] = await resp.json()
+    return out
+
+
+def mneme(
+    db_url: str, *args: str, stdin: bytes | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MNEME_")}
+    env["MNEME_DATABASE_URL"] = db_url
+    return subprocess.run(
+        [sys.executable, "-m", "service.cli", *args],
+        env=env, input=stdin, capture_output=True, timeout=180, check=False,
+    )  # fmt: skip
+
+
+async def test_retention_archives_expired_and_idle_transitory_memories(
+    client: Client, conn: asyncpg.Connection
+) -> None:
+    expired = await write(client, {"text": "flash sale ends", "expiresAt": "2020-01-01T00:00:00Z"})
+    future = await write(client, {"text": "renewal due", "expiresAt": "2999-01-01T00:00:00Z"})
+    idle = await write(
+        client,
+        {
+            "text": "passing remark",
+            "transitory": True,
+            "lastUsedAt": "2020-01-01T00:00:00Z",
+            "firstSeenAt": "2020-01-01T00:00:00Z",
+        },
+    )
+    fresh = await write(client, {"text": "fresh remark", "transitory": True})
+    lasting = await write(client, {"text": "lasting fact", "firstSeenAt": "2020-01-01T00:00:00Z"})
+
+    async with conn.transaction():
+        archived = await q.archive_due(conn, transitory_idle_s=30 * 24 * 3600)
+    assert {m.id for _, m in archived} == {expired["id"], idle["id"]}
+    status = {r["id"]: r["status"] for r in await conn.fetch("SELECT id, status FROM memories")}
+    assert status[expired["id"]] == status[idle["id"]] == "archived"
+    assert status[future["id"]] == status[fresh["id"]] == status[lasting["id"]] == "active"
+    # Archived is recoverable.
+    resp = await client.patch(
+        f"/api/v1/memories/{idle['id']}", json={"status": "active"}, headers=ADMIN
+    )
+    assert (await resp.json())["status"] == "active"
+
+
+async def test_janitor_runs_retention_with_a_version(
+    make_client: Any, settings: Any, conn: asyncpg.Connection
+) -> None:
+    import asyncio
+
+    client = await make_client(settings.with_overrides(retention_interval_s=1.0))
+    expired = await write(client, {"text": "gone soon", "expiresAt": "2020-01-01T00:00:00Z"})
+    for _ in range(50):
+        if (
+            await conn.fetchval("SELECT status FROM memories WHERE id = $1", expired["id"])
+            == "archived"
+        ):
+            break
+        await asyncio.sleep(0.1)
+    versions = (
+        await (await client.get(f"/api/v1/memories/{expired['id']}/versions", headers=ADMIN)).json()
+    )["data"]
+    newest = versions[0]
+    assert (newest["operation"], newest["status"], newest["actor"]) == (
+        "modified",
+        "archived",
+        "retention",
+    )
+
+
+async def test_export_then_import_round_trips_a_store(
+    client: Client, db_url: str, tmp_path: Path, conn: asyncpg.Connection
+) -> None:
+    await client.post("/api/v1/stores/default/speakers", json={"name": "Caroline"}, headers=ADMIN)
+    png = "iVBORw0KGgoAAAAAAAAAAAAAAAAAAAA="
+    await write(
+        client,
+        {
+            "text": "I like hiking",
+            "speaker": "Caroline",
+            "eventDate": "2023-05-08T13:56:00Z",
+            "metadata": {"session": "1"},
+            "importance": 0.7,
+            "factType": "experience",
+        },
+    )
+    await write(client, {"text": "core file", "path": "notes/core.md", "tier": "core"})
+    await write(client, {"text": "a picture", "image": {"data": png, "mimeType": "image/png"}})
+    deleted = await write(client, {"text": "tombstone"})
+    await client.delete(f"/api/v1/memories/{deleted['id']}", headers=ADMIN)  # fmt: skip
+
+    out = tmp_path / "export.jsonl"
+    result = mneme(db_url, "export", "--store", "default", "--output", str(out))
+    assert result.returncode == 0, result.stderr
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [line["text"] for line in lines] == ["I like hiking", "core file", "a picture"]
+    assert lines[0]["speaker"] == "Caroline" and lines[0]["metadata"] == {"session": "1"}
+    assert lines[2]["image"] == {"data": png, "mimeType": "image/png"}
+
+    # Into a fresh store, through the same write rules: speakers must exist there.
+    await conn.execute(
+        "INSERT INTO stores (workspace_id, id, name) "
+        "SELECT workspace_id, 'memstore_copy', 'copy' FROM stores LIMIT 1"
+    )
+    refused = mneme(db_url, "import", str(out), "--store", "copy")
+    assert refused.returncode == 1 and b"line 1" in refused.stderr and b"Caroline" in refused.stderr
+    done = mneme(db_url, "import", str(out), "--store", "copy", "--create-speakers")
+    assert done.returncode == 0, done.stderr
+    assert b"created 3" in done.stderr
+    copied = await conn.fetch(
+        "SELECT text, speaker, path, tier, media_type, importance, fact_type, embedding_status "
+        "FROM memories WHERE store_id = 'memstore_copy' ORDER BY created_at, id"
+    )
+    assert [(r["text"], r["speaker"], r["path"], r["tier"]) for r in copied] == [
+        ("I like hiking", "Caroline", None, "hindsight"),
+        ("core file", None, "notes/core.md", "core"),
+        ("a picture", None, None, "hindsight"),
+    ]
+    assert copied[0]["importance"] == 0.7 and copied[0]["fact_type"] == "experience"
+    assert copied[2]["media_type"] == "image/png"
+    assert {r["embedding_status"] for r in copied} == {"pending"}
+    # Importing the same file again updates in place (providerRef identity): no copies.
+    again = mneme(db_url, "import", str(out), "--store", "copy")
+    assert again.returncode == 0 and b"upserted 3" in again.stderr
+    assert (
+        await conn.fetchval("SELECT count(*) FROM memories WHERE store_id = 'memstore_copy'") == 3
+    )
+
+
+async def test_import_refuses_a_bad_line_naming_it(
+    client: Client, db_url: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"text": "fine"}\n\n{"text": 5}\n')
+    result = mneme(db_url, "import", str(path))
+    assert result.returncode == 1
+    assert b"line 3" in result.stderr
+
+
+async def test_worker_once_and_reembed(
+    client: Client, db_url: str, conn: asyncpg.Connection
+) -> None:
+    await write(client, {"text": "embed me"})
+    await write(client, {"text": "me too"})
+    result = mneme(db_url, "worker", "--once")
+    assert result.returncode == 0, result.stderr
+    assert (
+        await conn.fetchval("SELECT count(*) FROM memories WHERE embedding_status = 'ready'") == 2
+    )
+    # Rows of another model are re-encoded; rows of this one are left alone.
+    await conn.execute("UPDATE memories SET embedding_model = 'old-model' WHERE text = 'me too'")
+    result = mneme(db_url, "reembed")
+    assert result.returncode == 0, result.stderr
+    assert b"queued 1 memories" in result.stderr
+    models = {
+        r["text"]: r["embedding_model"]
+        for r in await conn.fetch("SELECT text, embedding_model FROM memories")
+    }
+    assert models == {"embed me": "all-MiniLM-L6-v2", "me too": "all-MiniLM-L6-v2"}
+    result = mneme(db_url, "reembed", "--all")
+    assert b"queued 2 memories" in result.stderr

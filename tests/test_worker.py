@@ -1,0 +1,257 @@
+"""The embedding worker and the query encoder, with the real model and database."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import signal
+import sys
+import threading
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
+
+import asyncpg
+import numpy as np
+import pytest
+
+from embeddings import Chunk, Vectors, document_text
+from embeddings.batcher import QueryEncoder
+from embeddings.model import SentenceTransformerEmbedder
+from embeddings.worker import Worker, WorkerConfig, queue_state
+from service import db
+from service.settings import Settings
+from tests.helpers import ADMIN, Client
+
+
+class Recording:
+    """The real embedder, noting every text it encodes (and failing on request)."""
+
+    def __init__(self, inner: SentenceTransformerEmbedder, poison: str | None = None) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.dimension = inner.dimension
+        self.poison = poison
+        self.encoded: list[str] = []
+        self._lock = threading.Lock()
+
+    def encode_queries(self, texts: Sequence[str]) -> Vectors:
+        return self.inner.encode_queries(texts)
+
+    def encode_documents(self, texts: Sequence[str]) -> Vectors:
+        if self.poison is not None and any(self.poison in t for t in texts):
+            raise ValueError("poisoned text")
+        with self._lock:
+            self.encoded.extend(texts)
+        return self.inner.encode_documents(texts)
+
+    def chunk(self, text: str) -> list[Chunk]:
+        return self.inner.chunk(text)
+
+    def count_tokens(self, text: str) -> int:
+        return self.inner.count_tokens(text)
+
+
+@pytest.fixture
+async def pool(db_url: str) -> AsyncIterator[asyncpg.Pool]:
+    p = await db.create_pool(db_url, Settings(database_url=db_url, pool_min=1, pool_max=6))
+    yield p
+    await p.close()
+
+
+async def write(client: Client, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    resp = await client.post("/api/v1/memories", json={"memories": items}, headers=ADMIN)
+    assert resp.status == 200, await resp.text()
+    out: list[dict[str, Any]] = (await resp.json())["memories"]
+    return out
+
+
+async def test_worker_embeds_pending_memories(
+    client: Client, pool: asyncpg.Pool, embedder: SentenceTransformerEmbedder
+) -> None:
+    await client.post("/api/v1/stores/default/speakers", json={"name": "Caroline"}, headers=ADMIN)
+    written = await write(
+        client,
+        [{"text": "I went to a LGBTQ support group yesterday", "speaker": "Caroline"},
+         {"text": "The deploy runs on Fridays"}],
+    )  # fmt: skip
+    worker = Worker(pool, embedder)
+    assert await worker.drain() == 2
+    assert await queue_state(pool) == (0, 0.0)
+    rows = await pool.fetch(
+        "SELECT id, text, speaker, embedding, embedding_model, embedding_status FROM memories"
+    )
+    for r in rows:
+        assert (r["embedding_status"], r["embedding_model"]) == ("ready", "all-MiniLM-L6-v2")
+        expected = embedder.encode_documents([document_text(r["text"], r["speaker"])])[0]
+        got = r["embedding"].to_numpy()
+        assert np.allclose(got, expected, atol=1e-5)
+        assert abs(float(np.linalg.norm(got)) - 1.0) < 1e-4
+    status = await (await client.get(f"/api/v1/memories/{written[0]['id']}", headers=ADMIN)).json()
+    assert status["embeddingStatus"] == "ready"
+
+
+async def test_three_workers_embed_every_row_exactly_once(
+    client: Client, pool: asyncpg.Pool, embedder: SentenceTransformerEmbedder
+) -> None:
+    texts = [f"memory number {i} about topic {i % 7}" for i in range(300)]
+    for start in range(0, len(texts), 100):
+        await write(client, [{"text": t} for t in texts[start : start + 100]])
+    recording = Recording(embedder)
+    workers = [Worker(pool, recording, WorkerConfig(batch_size=16)) for _ in range(3)]
+    claimed = await asyncio.gather(*(w.drain() for w in workers))
+    assert sum(claimed) == 300
+    assert all(n > 0 for n in claimed), claimed  # all three really took part
+    assert Counter(recording.encoded) == Counter(texts)  # every text once, none twice
+    assert (
+        await pool.fetchval("SELECT count(*) FROM memories WHERE embedding_status = 'ready'") == 300
+    )
+
+
+async def test_a_text_edited_mid_batch_is_not_overwritten_with_a_stale_vector(
+    client: Client, pool: asyncpg.Pool, embedder: SentenceTransformerEmbedder
+) -> None:
+    [m] = await write(client, [{"text": "first version"}])
+    worker = Worker(pool, embedder)
+    rows = await worker.claim()
+    encoded, failed = worker.encode(rows)
+    # Meanwhile the text changes.
+    await client.patch(
+        f"/api/v1/memories/{m['id']}", json={"text": "second version"}, headers=ADMIN
+    )
+    assert await worker.store(encoded, failed) == 0
+    assert await pool.fetchval("SELECT embedding_status FROM memories") == "pending"
+    await worker.drain()
+    vector = (await pool.fetchval("SELECT embedding FROM memories")).to_numpy()
+    assert np.allclose(vector, embedder.encode_documents(["second version"])[0], atol=1e-5)
+
+
+async def test_a_failing_text_is_retried_then_marked_failed(
+    client: Client, pool: asyncpg.Pool, embedder: SentenceTransformerEmbedder
+) -> None:
+    await write(client, [{"text": "fine one"}, {"text": "POISON pill"}, {"text": "fine two"}])
+    worker = Worker(pool, Recording(embedder, poison="POISON"), WorkerConfig(max_attempts=2))
+    await worker.drain()
+    rows = {r["text"]: r for r in await pool.fetch("SELECT * FROM memories")}
+    assert rows["fine one"]["embedding_status"] == "ready"
+    assert rows["fine two"]["embedding_status"] == "ready"
+    bad = rows["POISON pill"]
+    assert (bad["embedding_status"], bad["embedding_attempts"]) == ("pending", 1)
+    assert "poisoned text" in bad["embedding_error"]
+    # After the backoff it is tried again; at the last attempt it is given up.
+    await pool.execute("UPDATE memories SET embedding_lease_until = now() - interval '1 s'")
+    await worker.drain()
+    bad = await pool.fetchrow("SELECT * FROM memories WHERE text = 'POISON pill'")
+    assert (bad["embedding_status"], bad["embedding_attempts"]) == ("failed", 2)
+    assert "poisoned text" in bad["embedding_error"]
+    got = await pool.fetchval("SELECT id FROM memories WHERE text = 'POISON pill'")
+    memory = await (await client.get(f"/api/v1/memories/{got}", headers=ADMIN)).json()
+    assert memory["embeddingStatus"] == "failed"
+
+
+async def test_long_texts_are_embedded_in_chunks(
+    client: Client, pool: asyncpg.Pool, embedder: SentenceTransformerEmbedder
+) -> None:
+    paragraphs = [f"Section {i}: the {w} service owns the {w} queue." for i, w in enumerate(
+        ["billing", "search", "auth", "mail", "storage", "payments", "gateway", "ledger"] * 12
+    )]  # fmt: skip
+    long_text = " ".join(paragraphs)
+    chunks = embedder.chunk(long_text)
+    assert len(chunks) > 2
+    assert chunks[0].start == 0 and chunks[-1].end == len(long_text)
+    assert all(a.end > b.start for a, b in itertools.pairwise(chunks))  # windows overlap
+    [m] = await write(client, [{"text": long_text}])
+    await Worker(pool, embedder).drain()
+    assert await pool.fetchval("SELECT count(*) FROM memory_chunks") == len(chunks) - 1
+    last = (
+        await pool.fetchval("SELECT embedding FROM memory_chunks ORDER BY chunk_index DESC LIMIT 1")
+    ).to_numpy()
+    expected = embedder.encode_documents([long_text[chunks[-1].start : chunks[-1].end]])[0]
+    assert np.allclose(last, expected, atol=1e-5)
+    # Shortened to one window: the extra chunks go.
+    await client.patch(f"/api/v1/memories/{m['id']}", json={"text": "short now"}, headers=ADMIN)
+    await Worker(pool, embedder).drain()
+    assert await pool.fetchval("SELECT count(*) FROM memory_chunks") == 0
+
+
+async def test_worker_inside_serve_embeds_soon_after_a_write(
+    make_client: Callable[[Settings], Awaitable[Client]], settings: Settings
+) -> None:
+    client = await make_client(settings.with_overrides(worker=True, embed_poll_s=30.0))
+    [m] = await write(client, [{"text": "embed me quickly"}])
+    # The poll interval is 30 s: being ready within 10 s means NOTIFY woke the worker.
+    for _ in range(100):
+        got = await (await client.get(f"/api/v1/memories/{m['id']}", headers=ADMIN)).json()
+        if got["embeddingStatus"] == "ready":
+            break
+        await asyncio.sleep(0.1)
+    assert got["embeddingStatus"] == "ready"
+    metrics = await (await client.get("/metrics")).text()
+    assert "mneme_embedded_memories_total 1.0" in metrics
+
+
+async def test_a_worker_killed_mid_batch_loses_nothing(
+    client: Client, pool: asyncpg.Pool, embedder: SentenceTransformerEmbedder, db_url: str
+) -> None:
+    # Long texts make one batch take seconds on a CPU, so the kill lands inside it.
+    words = ("the", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog", "while")
+    texts = [
+        " ".join(words[(i + j) % len(words)] for j in range(180)) + f" #{i}" for i in range(192)
+    ]
+    for start in range(0, len(texts), 96):
+        await write(client, [{"text": t} for t in texts[start : start + 96]])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MNEME_")}
+    env.update(
+        MNEME_DATABASE_URL=db_url, MNEME_EMBED_BATCH_SIZE="192", MNEME_EMBED_LEASE_SECONDS="4"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "service.cli", "worker", env=env,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        for _ in range(600):  # wait until it holds the batch
+            leased = await pool.fetchval(
+                "SELECT count(*) FROM memories WHERE embedding_lease_until > now()"
+            )
+            if leased:
+                break
+            await asyncio.sleep(0.05)
+        assert leased == 192
+        proc.send_signal(signal.SIGKILL)
+        await asyncio.wait_for(proc.wait(), timeout=10)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    pending = await pool.fetchval(
+        "SELECT count(*) FROM memories WHERE embedding_status = 'pending'"
+    )
+    assert pending == 192  # nothing was half-written
+    rescuer = Worker(pool, embedder, WorkerConfig(batch_size=64))
+    assert await rescuer.run_once() == 0  # the dead worker's lease still holds
+    await asyncio.sleep(4.5)
+    assert await rescuer.drain() == 192
+    assert (
+        await pool.fetchval("SELECT count(*) FROM memories WHERE embedding_status = 'ready'") == 192
+    )
+
+
+async def test_query_encoder_batches_concurrent_queries_and_caches(
+    embedder: SentenceTransformerEmbedder,
+) -> None:
+    encoder = QueryEncoder(embedder, max_batch=32, cache_size=8)
+    queries = [f"what does person {i} drink?" for i in range(24)]
+    vectors = await asyncio.gather(*(encoder.encode(q) for q in queries))
+    assert encoder.model_calls < len(queries)  # shared calls, not one per query
+    direct = embedder.encode_queries(queries)
+    assert np.allclose(np.stack(vectors), direct, atol=1e-5)
+    calls = encoder.model_calls
+    again = await encoder.encode(queries[-1])
+    assert (
+        np.allclose(again, direct[-1]) and encoder.model_calls == calls and encoder.cache_hits == 1
+    )
+    # Identical queries in flight share one encoding.
+    same = await asyncio.gather(*(encoder.encode("one shared question") for _ in range(5)))
+    assert encoder.model_calls == calls + 1
+    assert all(np.array_equal(s, same[0]) for s in same)
