@@ -34,8 +34,8 @@ class Embedder(Protocol):
 
     def encode_documents(self, texts: Sequence[str]) -> Vectors: ...
 
-    def chunk(self, text: str) -> list[Chunk]:
-        """Windows covering ``text``: one when it fits the model's window."""
+    def chunk_many(self, texts: Sequence[str]) -> list[list[Chunk]]:
+        """For each text, windows covering it: one when it fits the model's window."""
         ...
 
     def count_tokens(self, text: str) -> int: ...

@@ -66,8 +66,9 @@ class SentenceTransformerEmbedder:
         assert dimension is not None, "the model does not say its embedding dimension"
         self.dimension: int = dimension
         self.max_tokens: int = self._model.max_seq_length or 256
-        # Room for [CLS]/[SEP]; windows overlap so a sentence cut at a border is whole in one.
-        self.window_tokens = self.max_tokens - 2
+        # Room for [CLS]/[SEP] and a speaker's name in front; windows overlap so a sentence
+        # cut at one window's border is whole in the next.
+        self.window_tokens = self.max_tokens - 2 - 16
         self.stride_tokens = max(1, self.window_tokens * 3 // 4)
         self.batch_size = 64
         # One caller at a time: Hugging Face fast tokenizers are not safe to share
@@ -94,13 +95,28 @@ class SentenceTransformerEmbedder:
     def encode_documents(self, texts: Sequence[str]) -> Vectors:
         return self._encode(texts)
 
-    def chunk(self, text: str) -> list[Chunk]:
-        """Token windows covering ``text``; one window when it fits the model."""
-        with self._lock:
-            encoded = self._model.tokenizer(
-                text, add_special_tokens=False, return_offsets_mapping=True, truncation=False
-            )
-        offsets: list[tuple[int, int]] = encoded["offset_mapping"]
+    def chunk_many(self, texts: Sequence[str]) -> list[list[Chunk]]:
+        """Token windows covering each text; one window when it fits the model.
+
+        A WordPiece token covers at least one character, so a text of at most
+        ``window_tokens`` characters fits without being tokenized; the rest are
+        tokenized in one batched call.
+        """
+        out: list[list[Chunk]] = [[Chunk(0, len(t))] for t in texts]
+        long = [i for i, t in enumerate(texts) if len(t) > self.window_tokens]
+        if long:
+            with self._lock:
+                encoded = self._model.tokenizer(
+                    [texts[i] for i in long],
+                    add_special_tokens=False,
+                    return_offsets_mapping=True,
+                    truncation=False,
+                )
+            for i, offsets in zip(long, encoded["offset_mapping"], strict=True):
+                out[i] = self._windows(texts[i], offsets)
+        return out
+
+    def _windows(self, text: str, offsets: list[tuple[int, int]]) -> list[Chunk]:
         if len(offsets) <= self.window_tokens:
             return [Chunk(0, len(text))]
         chunks = []

@@ -159,8 +159,7 @@ class Worker:
         """Chunk and encode (in a worker thread). Returns successes and failures."""
         texts: list[str] = []
         spans: list[tuple[int, int]] = []
-        for row in rows:
-            chunks = self.embedder.chunk(row.text)
+        for row, chunks in zip(rows, self.embedder.chunk_many([r.text for r in rows]), strict=True):
             first = len(texts)
             texts.extend(document_text(row.text[c.start : c.end], row.speaker) for c in chunks)
             spans.append((first, len(texts)))

@@ -25,6 +25,12 @@ async def test_openapi_lists_every_route_and_nothing_else(client: Client) -> Non
     assert documented == served
 
 
+async def test_openapi_document_is_valid_openapi_3_1(client: Client) -> None:
+    from openapi_spec_validator import validate
+
+    validate(await (await client.get("/openapi.json")).json())
+
+
 async def test_openapi_marks_keyless_routes(client: Client) -> None:
     doc: dict[str, Any] = await (await client.get("/openapi.json")).json()
     for route in ROUTES:

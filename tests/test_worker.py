@@ -46,8 +46,8 @@ class Recording:
             self.encoded.extend(texts)
         return self.inner.encode_documents(texts)
 
-    def chunk(self, text: str) -> list[Chunk]:
-        return self.inner.chunk(text)
+    def chunk_many(self, texts: Sequence[str]) -> list[list[Chunk]]:
+        return self.inner.chunk_many(texts)
 
     def count_tokens(self, text: str) -> int:
         return self.inner.count_tokens(text)
@@ -157,7 +157,7 @@ async def test_long_texts_are_embedded_in_chunks(
         ["billing", "search", "auth", "mail", "storage", "payments", "gateway", "ledger"] * 12
     )]  # fmt: skip
     long_text = " ".join(paragraphs)
-    chunks = embedder.chunk(long_text)
+    [chunks] = embedder.chunk_many([long_text])
     assert len(chunks) > 2
     assert chunks[0].start == 0 and chunks[-1].end == len(long_text)
     assert all(a.end > b.start for a, b in itertools.pairwise(chunks))  # windows overlap
@@ -255,3 +255,12 @@ async def test_query_encoder_batches_concurrent_queries_and_caches(
     same = await asyncio.gather(*(encoder.encode("one shared question") for _ in range(5)))
     assert encoder.model_calls == calls + 1
     assert all(np.array_equal(s, same[0]) for s in same)
+
+
+def test_chunking_keeps_short_texts_whole(embedder: SentenceTransformerEmbedder) -> None:
+    short = "word " * 40  # 200 characters: fits without tokenizing
+    medium = "supercalifragilistic " * 20  # 420 characters but well under the token window
+    a, b = embedder.chunk_many([short, medium])
+    assert a == [Chunk(0, len(short))]
+    assert len(b) == 1 and b[0] == Chunk(0, len(medium))
+    assert embedder.count_tokens(medium) <= embedder.window_tokens
