@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import numpy.typing as npt
@@ -28,6 +29,8 @@ class QueryEncoder:
         self._waiting: dict[str, asyncio.Future[Vector]] = {}
         self._queue: list[str] = []
         self._drainer: asyncio.Task[None] | None = None
+        # One long-lived thread: torch keeps per-thread kernel caches warm.
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mneme-query")
         self.model_calls = 0
         self.cache_hits = 0
 
@@ -51,7 +54,10 @@ class QueryEncoder:
             batch, self._queue = self._queue[: self.max_batch], self._queue[self.max_batch :]
             try:
                 self.model_calls += 1
-                vectors = await asyncio.to_thread(self.embedder.encode_queries, batch)
+                loop = asyncio.get_running_loop()
+                vectors = await loop.run_in_executor(
+                    self._thread, self.embedder.encode_queries, batch
+                )
             except Exception as exc:  # every waiter sees the failure
                 for text in batch:
                     future = self._waiting.pop(text)

@@ -44,7 +44,9 @@ def pick_device(requested: str = "auto") -> str:
 class SentenceTransformerEmbedder:
     """An ``Embedder`` backed by a local sentence-transformers model."""
 
-    def __init__(self, model_path: str | Path | None = None, device: str = "auto") -> None:
+    def __init__(
+        self, model_path: str | Path | None = None, device: str = "auto", batch_size: int = 64
+    ) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
@@ -70,7 +72,7 @@ class SentenceTransformerEmbedder:
         # cut at one window's border is whole in the next.
         self.window_tokens = self.max_tokens - 2 - 16
         self.stride_tokens = max(1, self.window_tokens * 3 // 4)
-        self.batch_size = 64
+        self.batch_size = batch_size
         # One caller at a time: Hugging Face fast tokenizers are not safe to share
         # between threads ("Already borrowed"), and the worker and the query encoder
         # both call in from worker threads. On CPU, parallel calls would not be faster.

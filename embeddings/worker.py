@@ -19,6 +19,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import asyncpg
@@ -48,6 +49,7 @@ RETURNING m.workspace_id, m.id, m.text, m.speaker, m.embedding_generation,
           m.embedding_attempts, m.updated_at
 """
 
+
 STORE = """
 UPDATE memories m
 SET embedding = v.embedding,
@@ -75,6 +77,13 @@ INSERT INTO memory_chunks (workspace_id, memory_id, chunk_index, embedding)
 SELECT * FROM unnest($1::text[], $2::text[], $3::int[], $4::vector[])
 """
 
+RELEASE = """
+UPDATE memories m
+SET embedding_lease_until = NULL, embedding_attempts = m.embedding_attempts - 1
+FROM unnest($1::text[], $2::text[]) AS v(workspace_id, id)
+WHERE m.workspace_id = v.workspace_id AND m.id = v.id
+"""
+
 FAIL = """
 UPDATE memories m
 SET embedding_error = v.error,
@@ -94,7 +103,13 @@ FROM memories WHERE embedding_status = 'pending'
 
 @dataclass(frozen=True)
 class WorkerConfig:
-    batch_size: int = 64
+    # Rows claimed at once. The model still encodes ``batch_size`` texts per forward pass
+    # (its own setting), but a bigger claim lets it sort texts by length first: far less
+    # padding than encoding each small claim as it comes (2x faster on LoCoMo turns).
+    claim_size: int = 2048
+    # ... and at most this many characters of text, so a claim of long core-memory files
+    # still finishes well inside its lease (~130k tokens: about 20 s on 2 CPU cores).
+    claim_chars: int = 524_288
     lease_s: float = 60.0
     poll_s: float = 5.0
     max_attempts: int = 5
@@ -138,22 +153,45 @@ class Worker:
         self.config = config or WorkerConfig()
         self.stats = WorkerStats()
         self._wake = asyncio.Event()
+        # One long-lived thread for the model: torch/oneDNN warm per-thread caches, which a
+        # fresh pool thread would rebuild (seen as a slow first batch on each new thread).
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mneme-encode")
+
+    def close(self) -> None:
+        self._thread.shutdown(wait=False)
+
+    async def _in_thread(
+        self, claimed: Sequence[Claimed]
+    ) -> tuple[list[Encoded], list[tuple[Claimed, str]], float]:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._thread, self._encode_claimed, claimed)
 
     # --- one batch ------------------------------------------------------------------------
 
     async def claim(self) -> list[Claimed]:
-        rows = await self.pool.fetch(CLAIM, self.config.batch_size, self.config.lease_s)
-        return [
-            Claimed(
-                r["workspace_id"],
-                r["id"],
-                r["text"],
-                r["speaker"],
-                r["embedding_generation"],
-                r["embedding_attempts"],
-            )
-            for r in rows
-        ]
+        """Lease the oldest pending rows, up to ``claim_size`` rows and ``claim_chars``."""
+        rows = await self.pool.fetch(CLAIM, self.config.claim_size, self.config.lease_s)
+        claimed: list[Claimed] = []
+        extra: list[asyncpg.Record] = []
+        chars = 0
+        for r in sorted(rows, key=lambda r: (r["updated_at"], r["id"])):
+            if claimed and chars + len(r["text"]) > self.config.claim_chars:
+                extra.append(r)
+                continue
+            chars += len(r["text"])
+            claimed.append(
+                Claimed(
+                    r["workspace_id"], r["id"], r["text"], r["speaker"],
+                    r["embedding_generation"], r["embedding_attempts"],
+                )
+            )  # fmt: skip
+        if extra:
+            await self.release([(r["workspace_id"], r["id"]) for r in extra])
+        return claimed
+
+    async def release(self, rows: Sequence[tuple[str, str]]) -> None:
+        """Give claimed rows back untouched (over budget, or stopping)."""
+        await self.pool.execute(RELEASE, [w for w, _ in rows], [i for _, i in rows])
 
     def encode(self, rows: Sequence[Claimed]) -> tuple[list[Encoded], list[tuple[Claimed, str]]]:
         """Chunk and encode (in a worker thread). Returns successes and failures."""
@@ -227,13 +265,12 @@ class Worker:
                     )
         return stored
 
-    async def run_once(self) -> int:
-        """Claim, encode and store one batch; the number of memories embedded."""
-        claimed = await self.claim()
-        if not claimed:
-            return 0
-        # A row claimed more often than it was allowed to fail took its workers down with
-        # it (killed mid-batch each time): give up on it instead of looping forever.
+    def _encode_claimed(
+        self, claimed: Sequence[Claimed]
+    ) -> tuple[list[Encoded], list[tuple[Claimed, str]], float]:
+        """Encode (in a thread); gives up on rows that keep killing their workers."""
+        # A row claimed more often than it may fail took its workers down with it (killed
+        # mid-batch each time): mark it failed instead of claiming it forever.
         limit = self.config.max_attempts
         exhausted = [
             (r, f"gave up after {r.attempts - 1} interrupted attempts")
@@ -243,11 +280,14 @@ class Worker:
         rows = [r for r in claimed if r.attempts <= limit]
         started = time.perf_counter()
         try:
-            encoded, failed = await asyncio.to_thread(self.encode, rows)
+            encoded, failed = self.encode(rows)
         except Exception as exc:
             encoded, failed = [], [(rows[0], f"{type(exc).__name__}: {exc}"[:1000])]
-        failed = [*failed, *exhausted]
-        elapsed = time.perf_counter() - started
+        return encoded, [*failed, *exhausted], time.perf_counter() - started
+
+    async def _store_and_count(
+        self, encoded: list[Encoded], failed: list[tuple[Claimed, str]], elapsed: float
+    ) -> None:
         stored = await self.store(encoded, failed)
         self.stats.embedded += stored
         self.stats.failed += len(failed)
@@ -255,13 +295,38 @@ class Worker:
         self.stats.seconds_encoding += elapsed
         for observe in self.stats.observers:
             observe(stored, elapsed)
+
+    async def run_once(self) -> int:
+        """Claim, encode and store one batch; the number of memories claimed."""
+        claimed = await self.claim()
+        if claimed:
+            result = await self._in_thread(claimed)
+            await self._store_and_count(*result)
         return len(claimed)
 
-    async def drain(self) -> int:
-        """Work until nothing is claimable; the number of memories claimed."""
+    async def drain(self, stop: asyncio.Event | None = None) -> int:
+        """Work until nothing is claimable (or ``stop`` is set); the number claimed.
+
+        Pipelined: while one batch is being encoded, the previous one is stored and the
+        next one claimed, so the model never waits for the database.
+        """
         total = 0
-        while n := await self.run_once():
-            total += n
+        storing: asyncio.Task[None] | None = None
+        claimed = await self.claim()
+        try:
+            while claimed:
+                encoding = asyncio.ensure_future(self._in_thread(claimed))
+                if storing is not None:
+                    await storing
+                    storing = None
+                following = [] if stop is not None and stop.is_set() else await self.claim()
+                result = await encoding
+                storing = asyncio.create_task(self._store_and_count(*result))
+                total += len(claimed)
+                claimed = following
+        finally:
+            if storing is not None:
+                await storing
         return total
 
     # --- the loop -------------------------------------------------------------------------
@@ -284,7 +349,7 @@ class Worker:
             while not stop.is_set():
                 self._wake.clear()
                 try:
-                    claimed = await self.run_once()
+                    claimed = await self.drain(stop)
                 except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
                     log.exception("worker batch failed; retrying after the poll interval")
                     claimed = 0
@@ -311,3 +376,18 @@ async def queue_state(conn: asyncpg.Connection | asyncpg.Pool) -> tuple[int, flo
     row = await conn.fetchrow(QUEUE)
     assert row is not None
     return int(row["depth"]), float(row["lag"])
+
+
+REQUEUE = """
+UPDATE memories
+SET embedding_status = 'pending', embedding_generation = embedding_generation + 1,
+    embedding_attempts = 0, embedding_error = NULL, embedding_lease_until = NULL
+WHERE embedding_status <> 'pending'
+  AND ($2 OR embedding_model IS DISTINCT FROM $1 OR embedding_status = 'failed')
+"""
+
+
+async def requeue(conn: asyncpg.Connection | asyncpg.Pool, model: str, *, everything: bool) -> int:
+    """Queue rows embedded by another model (and failed ones), or every row; how many."""
+    status: str = await conn.execute(REQUEUE, model, everything)
+    return int(status.split()[-1])

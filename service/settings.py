@@ -71,6 +71,7 @@ class Settings:
     log_level: str = "INFO"
     embedding_device: str = "auto"
     embed_batch_size: int = 64
+    embed_claim_size: int = 2048
     embed_lease_s: float = 60.0
     embed_poll_s: float = 5.0
     embed_max_attempts: int = 5
@@ -117,6 +118,7 @@ class Settings:
             kwargs["embedding_device"] = device
         integers: tuple[tuple[str, str, int, int, type[int] | type[float]], ...] = (
             ("MNEME_EMBED_BATCH_SIZE", "embed_batch_size", 1, 4096, int),
+            ("MNEME_EMBED_CLAIM_SIZE", "embed_claim_size", 1, 100_000, int),
             ("MNEME_EMBED_LEASE_SECONDS", "embed_lease_s", 1, 86400, float),
             ("MNEME_EMBED_POLL_SECONDS", "embed_poll_s", 1, 3600, float),
             ("MNEME_EMBED_MAX_ATTEMPTS", "embed_max_attempts", 1, 100, int),

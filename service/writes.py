@@ -93,6 +93,7 @@ class WriteContext:
     principal: Principal
     default_tier: str = "hindsight"
     stores: dict[str, Store] = field(default_factory=dict)
+    speakers: set[tuple[str, str]] = field(default_factory=set)  # (store id, name) seen
     touched: set[str] = field(default_factory=set)
 
     @property
@@ -162,7 +163,11 @@ def check_writable_scope(principal: Principal, scope: str) -> None:
 async def check_speaker(
     conn: asyncpg.Connection, ctx: WriteContext, store: Store, speaker: str
 ) -> None:
-    if not await q.speaker_exists(conn, ctx.workspace_id, store.id, speaker):
+    if (store.id, speaker) in ctx.speakers:
+        return
+    if await q.speaker_exists(conn, ctx.workspace_id, store.id, speaker):
+        ctx.speakers.add((store.id, speaker))
+    else:
         raise not_found(
             f"Speaker {speaker!r} is not registered in store {store.name!r}; "
             f"register it with POST /api/v1/stores/{store.id}/speakers"

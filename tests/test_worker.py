@@ -99,7 +99,7 @@ async def test_three_workers_embed_every_row_exactly_once(
     for start in range(0, len(texts), 100):
         await write(client, [{"text": t} for t in texts[start : start + 100]])
     recording = Recording(embedder)
-    workers = [Worker(pool, recording, WorkerConfig(batch_size=16)) for _ in range(3)]
+    workers = [Worker(pool, recording, WorkerConfig(claim_size=16)) for _ in range(3)]
     claimed = await asyncio.gather(*(w.drain() for w in workers))
     assert sum(claimed) == 300
     assert all(n > 0 for n in claimed), claimed  # all three really took part
@@ -203,7 +203,7 @@ async def test_a_worker_killed_mid_batch_loses_nothing(
         await write(client, [{"text": t} for t in texts[start : start + 96]])
     env = {k: v for k, v in os.environ.items() if not k.startswith("MNEME_")}
     env.update(
-        MNEME_DATABASE_URL=db_url, MNEME_EMBED_BATCH_SIZE="192", MNEME_EMBED_LEASE_SECONDS="4"
+        MNEME_DATABASE_URL=db_url, MNEME_EMBED_CLAIM_SIZE="192", MNEME_EMBED_LEASE_SECONDS="4"
     )
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "service.cli", "worker", env=env,
@@ -228,7 +228,7 @@ async def test_a_worker_killed_mid_batch_loses_nothing(
         "SELECT count(*) FROM memories WHERE embedding_status = 'pending'"
     )
     assert pending == 192  # nothing was half-written
-    rescuer = Worker(pool, embedder, WorkerConfig(batch_size=64))
+    rescuer = Worker(pool, embedder, WorkerConfig(claim_size=64))
     assert await rescuer.run_once() == 0  # the dead worker's lease still holds
     await asyncio.sleep(4.5)
     assert await rescuer.drain() == 192

