@@ -77,6 +77,12 @@ INSERT INTO memory_chunks (workspace_id, memory_id, chunk_index, embedding)
 SELECT * FROM unnest($1::text[], $2::text[], $3::int[], $4::vector[])
 """
 
+RENEW = """
+UPDATE memories m SET embedding_lease_until = now() + make_interval(secs => $3)
+FROM unnest($1::text[], $2::text[]) AS v(workspace_id, id)
+WHERE m.workspace_id = v.workspace_id AND m.id = v.id AND m.embedding_status = 'pending'
+"""
+
 RELEASE = """
 UPDATE memories m
 SET embedding_lease_until = NULL, embedding_attempts = m.embedding_attempts - 1
@@ -106,10 +112,11 @@ class WorkerConfig:
     # Rows claimed at once. The model still encodes ``batch_size`` texts per forward pass
     # (its own setting), but a bigger claim lets it sort texts by length first: far less
     # padding than encoding each small claim as it comes (2x faster on LoCoMo turns).
-    claim_size: int = 2048
-    # ... and at most this many characters of text, so a claim of long core-memory files
-    # still finishes well inside its lease (~130k tokens: about 20 s on 2 CPU cores).
-    claim_chars: int = 524_288
+    # Many workers sharing a backlog spread it better with smaller claims.
+    claim_size: int = 4096
+    # ... and at most this many characters of text (about 250k tokens), so one claim of
+    # long core-memory files does not hold a worker for minutes.
+    claim_chars: int = 1_048_576
     lease_s: float = 60.0
     poll_s: float = 5.0
     max_attempts: int = 5
@@ -163,8 +170,28 @@ class Worker:
     async def _in_thread(
         self, claimed: Sequence[Claimed]
     ) -> tuple[list[Encoded], list[tuple[Claimed, str]], float]:
+        """Encode in the model thread, renewing the lease while it runs.
+
+        A live worker keeps its claim however long the batch takes; a dead one stops
+        renewing, and its rows are claimed again once the lease runs out.
+        """
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._thread, self._encode_claimed, claimed)
+        renewing = asyncio.create_task(self._renew(claimed))
+        try:
+            return await loop.run_in_executor(self._thread, self._encode_claimed, claimed)
+        finally:
+            renewing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewing
+
+    async def _renew(self, claimed: Sequence[Claimed]) -> None:
+        workspaces, ids = [r.workspace_id for r in claimed], [r.id for r in claimed]
+        while True:
+            await asyncio.sleep(self.config.lease_s / 3)
+            try:
+                await self.pool.execute(RENEW, workspaces, ids, self.config.lease_s)
+            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+                log.warning("could not renew a lease; the batch may be claimed twice")
 
     # --- one batch ------------------------------------------------------------------------
 

@@ -76,9 +76,12 @@ async def context_middleware(request: web.Request, handler: Handler) -> web.Stre
         response = render_error(
             ApiError(500, f"Internal server error; quote request id {request_id} when reporting it")
         )
-    response.headers["request-id"] = request_id
-
     elapsed = time.perf_counter() - started
+    response.headers["request-id"] = request_id
+    # Time spent in the service (not the network): lets clients and benchmarks tell
+    # server time from transport time.
+    response.headers["Server-Timing"] = f"app;dur={elapsed * 1000:.3f}"
+
     resource = request.match_info.route.resource
     route = resource.canonical if resource is not None else "unmatched"
     metrics = request.app[METRICS]

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from service.faces import admin, memories, ops, speakers
+from service.faces import admin, browse, memories, ops, speakers
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -34,6 +34,10 @@ ROUTES: list[Route] = [
     Route("GET", "/metrics", ops.metrics, None),
     Route("GET", "/openapi.json", ops.openapi, None),
     Route("GET", "/llms.txt", ops.llms_txt, None),
+    Route("GET", "/", ops.page, None),
+    Route("GET", "/static/{name}", ops.static_file, None),
+    # Browse face (seed 000)
+    Route("GET", "/api/v1/memories", browse.list_memories, READ),
     # Write API
     Route("POST", "/api/v1/memories", memories.create_memories, WRITE),
     Route("GET", "/api/v1/memories/{memory_id}", memories.get_memory, READ),

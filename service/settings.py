@@ -71,7 +71,7 @@ class Settings:
     log_level: str = "INFO"
     embedding_device: str = "auto"
     embed_batch_size: int = 64
-    embed_claim_size: int = 2048
+    embed_claim_size: int = 4096
     embed_lease_s: float = 60.0
     embed_poll_s: float = 5.0
     embed_max_attempts: int = 5

@@ -264,3 +264,24 @@ def test_chunking_keeps_short_texts_whole(embedder: SentenceTransformerEmbedder)
     assert a == [Chunk(0, len(short))]
     assert len(b) == 1 and b[0] == Chunk(0, len(medium))
     assert embedder.count_tokens(medium) <= embedder.window_tokens
+
+
+async def test_a_live_worker_renews_its_lease_during_a_long_batch(
+    client: Client, pool: asyncpg.Pool, embedder: SentenceTransformerEmbedder
+) -> None:
+    await write(client, [{"text": "slow one"}])
+
+    class Slow(Recording):
+        def encode_documents(self, texts: Sequence[str]) -> Vectors:
+            import time
+
+            time.sleep(2.5)  # longer than the 1.5 s lease
+            return super().encode_documents(texts)
+
+    slow = Worker(pool, Slow(embedder), WorkerConfig(lease_s=1.5))
+    other = Worker(pool, embedder, WorkerConfig(lease_s=1.5))
+    first = asyncio.create_task(slow.run_once())
+    await asyncio.sleep(2.0)  # past the original lease: only renewal keeps the row
+    assert await other.run_once() == 0
+    assert await first == 1
+    assert await pool.fetchval("SELECT embedding_status FROM memories") == "ready"

@@ -65,5 +65,37 @@ async def openapi(request: web.Request) -> web.Response:
     return web.Response(body=_static("openapi.json"), content_type="application/json")
 
 
+# The page talks only to this server; nothing inline, nothing from elsewhere.
+PAGE_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+STATIC_FILES = {
+    "app.js": "text/javascript",
+    "app.css": "text/css",
+}
+
+
+async def page(request: web.Request) -> web.Response:
+    """The memory browser (SPEC §7)."""
+    return web.Response(
+        body=_static("index.html"), content_type="text/html", charset="utf-8", headers=PAGE_HEADERS
+    )
+
+
+async def static_file(request: web.Request) -> web.Response:
+    name = request.match_info["name"]
+    content_type = STATIC_FILES.get(name)
+    if content_type is None:
+        raise web.HTTPNotFound()
+    return web.Response(
+        body=_static(name), content_type=content_type, charset="utf-8", headers=PAGE_HEADERS
+    )
+
+
 async def llms_txt(request: web.Request) -> web.Response:
     return web.Response(body=_static("llms.txt"), content_type="text/plain", charset="utf-8")

@@ -1,0 +1,141 @@
+"""Browse face (seed 000): ``GET /api/v1/memories``.
+
+Parse the query string (400s list the valid values), run the window query, render:
+survivors sorted by ``lastUsedAt`` then ``id``, newest first; an opaque cursor for the
+last scanned row; never a total.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from aiohttp import web
+
+from service.errors import bad_request, not_found
+from service.jsonutil import iso, json_response
+from service.middleware import principal_of
+from service.queries import browse
+from service.queries import memories as q
+from service.state import POOL
+from service.validation import STATUSES, TIERS
+
+DEFAULT_LIMIT = 25
+MAX_LIMIT = 100
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def encode_cursor(created_at: datetime, memory_id: str) -> str:
+    micros = (created_at - _EPOCH) // timedelta(microseconds=1)
+    return base64.urlsafe_b64encode(f"{micros}:{memory_id}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str] | None:
+    """The keyset in a cursor; ``None`` (scan from the top) if it is not one of ours."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        micros, memory_id = raw.split(":", 1)
+        if not memory_id.startswith("mem_"):
+            return None
+        return _EPOCH + timedelta(microseconds=int(micros)), memory_id
+    except (binascii.Error, UnicodeDecodeError, ValueError, OverflowError):
+        return None
+
+
+def _param(request: web.Request, name: str) -> str | None:
+    """A query parameter; an empty value means the parameter is absent."""
+    value = request.query.get(name)
+    return value if value else None
+
+
+def _list(request: web.Request, name: str) -> list[str] | None:
+    """Comma-separated, items trimmed, empty items ignored; absent if nothing is left."""
+    raw = _param(request, name)
+    if raw is None:
+        return None
+    items = [item.strip() for item in raw.split(",") if item.strip()]
+    return items or None
+
+
+def _checked(request: web.Request, name: str, valid: tuple[str, ...]) -> list[str] | None:
+    items = _list(request, name)
+    bad = [item for item in items or [] if item not in valid]
+    if bad:
+        raise bad_request(
+            f"Invalid {name} value(s): {', '.join(bad)}. Valid values: {', '.join(valid)}",
+            param=name,
+            valid=list(valid),
+        )
+    return items
+
+
+def parse_limit(raw: str | None) -> tuple[int, bool]:
+    """(limit, capped): a positive integer, above 100 silently 100."""
+    if raw is None:
+        return DEFAULT_LIMIT, False
+    if not raw.isascii() or not raw.isdigit() or int(raw) < 1:
+        raise bad_request(f"limit must be a positive integer, got {raw!r}", param="limit")
+    value = int(raw)
+    return (MAX_LIMIT, True) if value > MAX_LIMIT else (value, False)
+
+
+def render(row: browse.Row) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "text": row.text,
+        "scope": row.scope,
+        "tier": row.tier,
+        "factType": row.fact_type,
+        "status": row.status,
+        "provider": row.provider,
+        "providerRef": row.provider_ref,
+        "entityRefs": row.entity_refs,
+        "proofCount": row.proof_count,
+        "firstSeenAt": iso(row.first_seen_at),
+        "lastUsedAt": iso(row.last_used_at),
+    }
+
+
+async def list_memories(request: web.Request) -> web.Response:
+    principal = principal_of(request)
+    pool = request.app[POOL]
+    limit, capped = parse_limit(_param(request, "limit"))
+    store_id = None
+    if (store_ref := _param(request, "store")) is not None:
+        store = await q.resolve_store(pool, principal.workspace_id, store_ref)
+        if store is None:
+            raise not_found(f"Store {store_ref!r} not found")
+        store_id = store.id
+    filters = browse.Filters(
+        statuses=_checked(request, "status", STATUSES) or ["active"],
+        tiers=_checked(request, "tier", TIERS),
+        fact_types=_list(request, "factType"),
+        not_fact_types=_list(request, "notFactType"),
+        scope=_param(request, "scope"),
+        provider=_param(request, "provider"),
+        search=_param(request, "search"),
+        store_id=store_id,
+    )
+    cursor = _param(request, "cursor")
+    after = decode_cursor(cursor) if cursor is not None else None
+
+    found = await browse.window(pool, principal, filters, after, limit)
+    survivors = [r for r in found.rows if r.passes and not r.observation]
+    survivors.sort(key=lambda r: (r.last_used_at, r.id), reverse=True)
+    meta: dict[str, Any] = {
+        "scannedCount": len(found.rows),
+        "hiddenObservationCount": sum(r.passes and r.observation for r in found.rows),
+    }
+    if capped:
+        meta.update(limitCapped=True, maxLimit=MAX_LIMIT)
+    last = found.rows[-1] if found.rows else None
+    return json_response(
+        {
+            "data": [render(r) for r in survivors],
+            "cursor": encode_cursor(last.created_at, last.id) if found.has_more and last else None,
+            "hasMore": found.has_more,
+            "meta": meta,
+        }
+    )
