@@ -21,7 +21,7 @@ from aiohttp import web
 
 from service.errors import KIND_BY_STATUS, ApiError, render_error
 from service.ids import new_id
-from service.queries import keys, ratelimit
+from service.queries import keys
 from service.queries.keys import Principal
 from service.state import METRICS, POOL, ROUTE_SPECS, SETTINGS
 
@@ -125,15 +125,14 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
     if spec is None or spec.scope is None:
         return await handler(request)
 
-    pool = request.app[POOL]
-    principal = await keys.authenticate(pool, presented_key(request))
-    if principal is None:
+    limits = request.app[SETTINGS].rate_limits
+    found = await keys.authenticate_and_count(request.app[POOL], presented_key(request), limits)
+    if found is None:
         raise ApiError(401, "Invalid or revoked API key")
+    principal, decision = found
     request[PRINCIPAL] = principal
-
-    limit = request.app[SETTINGS].rate_limits[principal.workspace_tier]
-    decision = await ratelimit.hit(pool, principal.workspace_id, limit)
     if not decision.allowed:
+        limit = limits[principal.workspace_tier]
         request.app[METRICS].rate_limited.inc()
         raise ApiError(
             429,

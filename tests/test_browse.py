@@ -387,3 +387,17 @@ async def test_concurrent_writers_do_not_break_paging(client: Client) -> None:
     base = [t for t in seen if t.startswith("base ")]
     assert sorted(base) == sorted(f"base {i}" for i in range(20))
     assert len(seen) == len(set(seen))
+
+
+def test_window_columns_come_in_row_field_order() -> None:
+    """browse.window builds Row positionally from the SELECT list: keep them in step."""
+    import dataclasses
+
+    from service.queries import browse as queries
+
+    select = queries.WINDOW.split("FROM (", 1)[0]
+    names = [
+        part.strip().split()[-1].split(".")[-1]
+        for part in select.replace("SELECT", "", 1).split(",")
+    ]
+    assert names == [f.name for f in dataclasses.fields(queries.Row)]

@@ -24,7 +24,9 @@ SELECT m.id, m.created_at, m.last_used_at, m.scope, m.tier, m.fact_type, m.statu
        f.passes, f.observation,
        CASE WHEN f.passes AND NOT f.observation THEN m.text END AS text
 FROM (
-    SELECT * FROM memories m
+    SELECT m.id, m.created_at, m.last_used_at, m.scope, m.tier, m.fact_type, m.status,
+           m.provider, m.provider_ref, m.entity_refs, m.proof_count, m.first_seen_at, m.text
+    FROM memories m
     WHERE m.workspace_id = $1
       {store}
       AND (m.created_at, m.id) < ($2::timestamptz, $3::text)
@@ -124,5 +126,6 @@ async def window(
     if filters.store_id is not None:
         sql = WINDOW_IN_STORE
         args.append(filters.store_id)
-    rows = [Row(**dict(r.items())) for r in await conn.fetch(sql, *args)]
+    # Columns come in Row's field order (asserted in the tests), so build positionally.
+    rows = [Row(*r) for r in await conn.fetch(sql, *args)]
     return Window(rows[:limit], has_more=len(rows) > limit)

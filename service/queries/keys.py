@@ -10,11 +10,14 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+import asyncpg
+
 from service.ids import new_id
-from service.queries import Conn
+from service.queries import Conn, ratelimit
 
 SCOPES = ("memory:read", "memory:write", "admin")
 KINDS = ("personal", "service")
@@ -119,13 +122,10 @@ WHERE k.secret_sha256 = $1 AND k.revoked_at IS NULL
 """
 
 
-async def authenticate(conn: Conn, secret: str) -> Principal | None:
-    """The principal for a presented secret; ``None`` if unknown or revoked."""
-    presented = digest(secret)
-    row = await conn.fetchrow(AUTHENTICATE, presented)
+def _principal(row: asyncpg.Record, presented: bytes) -> Principal | None:
     # The index finds the row by hash; comparing the stored hash in constant time as well
     # keeps the final decision free of data-dependent timing.
-    if row is None or not hmac.compare_digest(bytes(row["secret_sha256"]), presented):
+    if not hmac.compare_digest(bytes(row["secret_sha256"]), presented):
         return None
     return Principal(
         key_id=row["id"],
@@ -136,6 +136,47 @@ async def authenticate(conn: Conn, secret: str) -> Principal | None:
         scopes=frozenset(row["scopes"]),
         rooms=list(row["rooms"]),
     )
+
+
+async def authenticate(conn: Conn, secret: str) -> Principal | None:
+    """The principal for a presented secret; ``None`` if unknown or revoked."""
+    presented = digest(secret)
+    row = await conn.fetchrow(AUTHENTICATE, presented)
+    return None if row is None else _principal(row, presented)
+
+
+# Authentication and the workspace's rate-limit hit in one round trip: every API request
+# pays for exactly one statement before its handler runs. An unknown key matches no row,
+# so it is never counted.
+AUTHENTICATE_AND_COUNT = f"""
+WITH k AS (
+    SELECT a.*, CASE a.tier WHEN 'free' THEN $2::int WHEN 'pro' THEN $3::int ELSE $4::int END
+                AS rate_limit
+    FROM ({AUTHENTICATE}) a
+)
+SELECT k.*, r.allowed, r.current_count, r.previous_count, r.elapsed_fraction
+FROM k, LATERAL mneme_rate_hit(k.workspace_id, k.rate_limit) r
+"""
+
+
+async def authenticate_and_count(
+    conn: Conn, secret: str, limits: Mapping[str, int]
+) -> tuple[Principal, ratelimit.Decision] | None:
+    """The principal and its workspace's rate-limit decision; ``None`` for a bad key."""
+    presented = digest(secret)
+    row = await conn.fetchrow(
+        AUTHENTICATE_AND_COUNT, presented, limits["free"], limits["pro"], limits["scale"]
+    )
+    if row is None or (principal := _principal(row, presented)) is None:
+        return None
+    decision = ratelimit.decision(
+        row["rate_limit"],
+        row["allowed"],
+        row["current_count"],
+        row["previous_count"],
+        row["elapsed_fraction"],
+    )
+    return principal, decision
 
 
 KEY_WORKSPACE = "SELECT workspace_id FROM api_keys WHERE secret_sha256 = $1"

@@ -3,9 +3,9 @@
 A sliding-window estimate over one-minute buckets: the previous minute's count, weighted
 by how much of it still overlaps the last 60 seconds, plus this minute's count. Unlike
 fixed windows it does not let a client send twice the limit across a minute boundary.
-The check and the increment are one statement: the counter row's lock serialises
-concurrent requests from any number of instances. Refused requests are not counted, so
-a client that backs off for ``Retry-After`` seconds is let through again.
+The check and the increment are one statement (``mneme_rate_hit``): the counter row's
+lock serialises concurrent requests from any number of instances. Refused requests are
+not counted, so a client that backs off for ``Retry-After`` seconds is let through again.
 """
 
 from __future__ import annotations
@@ -15,29 +15,9 @@ from dataclasses import dataclass
 
 from service.queries import Conn
 
-HIT = """
-WITH w AS (
-    SELECT date_trunc('minute', now()) AS start,
-           extract(epoch FROM now() - date_trunc('minute', now()))::float8 / 60.0 AS elapsed
-), prev AS (
-    SELECT coalesce((SELECT c.count FROM rate_limit_counters c, w
-                     WHERE c.workspace_id = $1
-                       AND c.window_start = w.start - interval '1 minute'), 0) AS count
-), hit AS (
-    INSERT INTO rate_limit_counters AS c (workspace_id, window_start, count)
-    SELECT $1, w.start, 1 FROM w, prev WHERE prev.count * (1 - w.elapsed) + 1 <= $2
-    ON CONFLICT (workspace_id, window_start) DO UPDATE
-        SET count = c.count + 1
-        WHERE c.count + 1 + (SELECT prev.count * (1 - w.elapsed) FROM w, prev) <= $2
-    RETURNING c.count
-)
-SELECT (SELECT count FROM hit) IS NOT NULL AS allowed,
-       coalesce((SELECT c.count FROM rate_limit_counters c, w
-                 WHERE c.workspace_id = $1 AND c.window_start = w.start), 0) AS current,
-       prev.count AS previous,
-       w.elapsed
-FROM w, prev
-"""
+# The check-and-count itself is the SQL function mneme_rate_hit (first migration), so the
+# authentication query can run it in the same round trip (keys.authenticate).
+HIT = "SELECT * FROM mneme_rate_hit($1, $2)"
 
 PRUNE = "DELETE FROM rate_limit_counters WHERE window_start < now() - interval '2 minutes'"
 
@@ -61,12 +41,16 @@ def retry_after(limit: int, current: int, previous: int, elapsed: float) -> int:
     return max(1, math.ceil(wait))
 
 
+def decision(limit: int, allowed: bool, current: int, previous: int, elapsed: float) -> Decision:
+    if allowed:
+        return Decision(True, 0)
+    return Decision(False, retry_after(limit, current, previous, elapsed))
+
+
 async def hit(conn: Conn, workspace_id: str, limit: int) -> Decision:
     row = await conn.fetchrow(HIT, workspace_id, limit)
     assert row is not None
-    if row["allowed"]:
-        return Decision(True, 0)
-    return Decision(False, retry_after(limit, row["current"], row["previous"], row["elapsed"]))
+    return decision(limit, *row.values())
 
 
 async def prune(conn: Conn) -> None:
