@@ -39,7 +39,7 @@ SELECT $1, 'mem_' || to_char(g, 'FM0000000000') || $5, $2,
        (ARRAY['world', 'experience', 'observation', NULL])[1 + g % 4],
        CASE WHEN g % 3 = 0 THEN 'hermes-core' ELSE 'hindsight' END,
        'ref-' || g, md5(g::text), 64,
-       ts, ts + make_interval(secs => (g * 7919) % 86400), ts, ts, 'ready'
+       ts, ts + make_interval(secs => ((g::bigint * 7919) % 86400)::int), ts, ts, 'ready'
 FROM generate_series($6::int + 1, $6::int + $4) AS g,
      LATERAL (SELECT timestamptz '2024-01-01' + make_interval(secs => g)) AS t(ts)
 """

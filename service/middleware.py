@@ -61,6 +61,9 @@ async def context_middleware(request: web.Request, handler: Handler) -> web.Stre
     try:
         response = await handler(request)
     except ApiError as exc:
+        spec = request.app[ROUTE_SPECS].get(request.match_info.route)
+        if spec is not None and spec.plain_errors:
+            exc.extra = {}
         response = render_error(exc)
     except web.HTTPException as exc:
         if exc.status < 400:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from service.faces import admin, browse, memories, ops, speakers
+from service.faces import admin, browse, memories, ops, speakers, stores
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -25,6 +25,8 @@ class Route:
     path: str
     handler: Handler
     scope: str | None
+    # Seed 003 wants error bodies with exactly "type" and "message": no extra fields.
+    plain_errors: bool = False
 
 
 ROUTES: list[Route] = [
@@ -48,6 +50,23 @@ ROUTES: list[Route] = [
     Route("GET", "/api/v1/stores/{store}/speakers", speakers.list_speakers, READ),
     Route("POST", "/api/v1/stores/{store}/speakers", speakers.add_speaker, WRITE),
     Route("DELETE", "/api/v1/stores/{store}/speakers/{name}", speakers.delete_speaker, WRITE),
+    # Memory Store face (seed 003)
+    *(
+        Route(method, "/api/v1/forward/memory_stores" + path, handler, scope, plain_errors=True)
+        for method, path, handler, scope in [
+            ("POST", "", stores.create_store, ADMIN),
+            ("GET", "", stores.list_stores, READ),
+            ("GET", "/{store_id}", stores.get_store, READ),
+            ("POST", "/{store_id}", stores.update_store, ADMIN),
+            ("DELETE", "/{store_id}", stores.delete_store, ADMIN),
+            ("POST", "/{store_id}/memories", stores.create_memory, WRITE),
+            ("GET", "/{store_id}/memories", stores.list_memories, READ),
+            ("GET", "/{store_id}/memories/{memory_id}", stores.get_memory, READ),
+            ("POST", "/{store_id}/memories/{memory_id}", stores.update_memory, WRITE),
+            ("DELETE", "/{store_id}/memories/{memory_id}", stores.delete_memory, WRITE),
+            ("GET", "/{store_id}/memories/{memory_id}/versions", stores.list_versions, READ),
+        ]
+    ),
     # Admin: members, rooms, keys
     Route("POST", "/api/v1/members", admin.create_member, ADMIN),
     Route("GET", "/api/v1/members", admin.list_members, ADMIN),

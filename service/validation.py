@@ -94,7 +94,10 @@ def check_path(path: str) -> str:
         raise bad_request("path must not be empty", param="path")
     if any(unicodedata.category(ch) == "Cc" for ch in path):
         raise bad_request("path must not contain control characters", param="path")
-    size = len(path.encode("utf-8", errors="surrogatepass"))
+    try:
+        size = len(path.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise bad_request("path is not valid UTF-8 (lone surrogate)", param="path") from None
     if size > MAX_PATH_BYTES:
         raise bad_request(f"path is {size} bytes; the limit is {MAX_PATH_BYTES}", param="path")
     if unicodedata.normalize("NFC", path) != path:

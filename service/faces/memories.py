@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+import asyncpg
 import msgspec
 from aiohttp import web
 
@@ -100,29 +101,32 @@ async def delete_memory(request: web.Request) -> web.Response:
     return json_response(memory_object(memory))
 
 
+async def versions_body(pool: asyncpg.Pool, workspace_id: str, memory_id: str) -> dict[str, Any]:
+    """A memory's versions, newest first, as both faces show them."""
+    versions = await q.list_versions(pool, workspace_id, memory_id)
+    return {
+        "data": [
+            {
+                "id": ver.id,
+                "operation": ver.operation,
+                "actor": ver.actor,
+                "content_sha256": ver.content_sha256,
+                "path": ver.path,
+                "status": ver.status,
+                "created_at": iso(ver.created_at),
+            }
+            for ver in versions
+        ]
+    }
+
+
 async def list_versions(request: web.Request) -> web.Response:
     principal = principal_of(request)
     memory_id = request.match_info["memory_id"]
     pool = request.app[POOL]
     if await q.get_readable(pool, principal, memory_id) is None:
         raise not_found(f"Memory {memory_id!r} not found")
-    versions = await q.list_versions(pool, principal.workspace_id, memory_id)
-    return json_response(
-        {
-            "data": [
-                {
-                    "id": ver.id,
-                    "operation": ver.operation,
-                    "actor": ver.actor,
-                    "content_sha256": ver.content_sha256,
-                    "path": ver.path,
-                    "status": ver.status,
-                    "created_at": iso(ver.created_at),
-                }
-                for ver in versions
-            ]
-        }
-    )
+    return json_response(await versions_body(pool, principal.workspace_id, memory_id))
 
 
 async def get_media(request: web.Request) -> web.Response:

@@ -1,0 +1,339 @@
+"""Memory Store face (seed 003, SPEC §3.4): stores, and memories addressed by path.
+
+Memories written here are ordinary memories (tier ``core`` by default): the same write
+path, versions, embedding and search. Error bodies on these routes carry exactly
+``type`` and ``message`` (the route table's ``plain_errors``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+import msgspec
+from aiohttp import web
+from msgspec import UNSET, UnsetType
+
+from service import validation as v
+from service import writes
+from service.errors import bad_request, conflict, not_found
+from service.faces.memories import versions_body
+from service.ids import is_name
+from service.jsonutil import iso, json_response, read_body
+from service.middleware import principal_of
+from service.queries import memories as q
+from service.queries import stores as sq
+from service.queries.keys import Principal
+from service.queries.memories import Memory, Store
+from service.state import POOL
+
+DEFAULT_LIMIT = 20
+MAX_LIMIT = 100
+
+
+class StoreCreate(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    description: str = ""
+    metadata: dict[str, str] = msgspec.field(default_factory=dict)
+    strip_temporal: bool = False
+
+
+class StoreUpdate(msgspec.Struct, forbid_unknown_fields=True):
+    name: str | UnsetType = UNSET
+    description: str | UnsetType = UNSET
+    metadata: dict[str, str] | UnsetType = UNSET
+    strip_temporal: bool | UnsetType = UNSET
+
+
+class PathMemoryCreate(msgspec.Struct, forbid_unknown_fields=True):
+    path: str
+    content: str
+    metadata: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class PathMemoryUpdate(msgspec.Struct, forbid_unknown_fields=True):
+    content: str | UnsetType = UNSET
+    metadata: dict[str, str] | UnsetType = UNSET
+    path: str | UnsetType = UNSET
+    content_sha256: str | UnsetType = UNSET
+
+
+def store_object(s: Store) -> dict[str, Any]:
+    return {
+        "id": s.id,
+        "type": "memory_store",
+        "name": s.name,
+        "description": s.description,
+        "metadata": s.metadata,
+        "strip_temporal": s.strip_temporal,
+        "created_at": iso(s.created_at),
+        "updated_at": iso(s.updated_at),
+    }
+
+
+def entry_object(e: sq.Entry | Memory, store_id: str) -> dict[str, Any]:
+    assert e.path is not None
+    return {
+        "id": e.id,
+        "type": "memory",
+        "memory_store_id": store_id,
+        "path": e.path,
+        "content_size_bytes": e.content_size_bytes,
+        "content_sha256": e.content_sha256,
+        "metadata": e.metadata,
+        "created_at": iso(e.created_at),
+        "updated_at": iso(e.updated_at),
+    }
+
+
+def full_object(m: Memory) -> dict[str, Any]:
+    out = entry_object(m, m.store_id)
+    out["content"] = m.text
+    # The seed's key order, with content beside the path.
+    order = ["id", "type", "memory_store_id", "path", "content", "content_size_bytes",
+             "content_sha256", "metadata", "created_at", "updated_at"]  # fmt: skip
+    return {k: out[k] for k in order}
+
+
+def parse_limit(request: web.Request) -> int:
+    raw = request.query.get("limit")
+    if raw is None or raw == "":
+        return DEFAULT_LIMIT
+    if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
+        raise bad_request(f"limit must be an integer from 1 to {MAX_LIMIT}, got {raw!r}")
+    return int(raw)
+
+
+def paging_ids(request: web.Request) -> tuple[str | None, str | None]:
+    after = request.query.get("after_id") or None
+    before = request.query.get("before_id") or None
+    if after is not None and before is not None:
+        raise bad_request("after_id and before_id are mutually exclusive")
+    return after, before
+
+
+def page(data: list[dict[str, Any]], has_more: bool) -> dict[str, Any]:
+    return {
+        "data": data,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+        "has_more": has_more,
+    }
+
+
+async def the_store(request: web.Request) -> Store:
+    ref = request.match_info["store_id"]
+    store = await q.resolve_store(request.app[POOL], principal_of(request).workspace_id, ref)
+    if store is None:
+        raise not_found(f"Memory store {ref!r} not found")
+    return store
+
+
+def check_store_fields(name: str | None, metadata: dict[str, str] | None) -> None:
+    if name is not None and not is_name(name):
+        raise bad_request(
+            f"Invalid store name {name!r}: 1-64 characters of A-Z a-z 0-9 . _ -, "
+            "starting with a letter or digit"
+        )
+    if metadata is not None:
+        v.check_metadata(metadata)
+
+
+# --- stores -------------------------------------------------------------------------------
+
+
+async def create_store(request: web.Request) -> web.Response:
+    body = await read_body(request, StoreCreate)
+    check_store_fields(body.name, body.metadata)
+    store = await sq.create_store(
+        request.app[POOL], principal_of(request).workspace_id, body.name, body.description,
+        body.metadata, body.strip_temporal,
+    )  # fmt: skip
+    if store is None:
+        raise conflict(f"A memory store named {body.name!r} already exists")
+    return json_response(store_object(store), status=201)
+
+
+async def list_stores(request: web.Request) -> web.Response:
+    limit = parse_limit(request)
+    after, before = paging_ids(request)
+    stores, has_more = await sq.list_stores(
+        request.app[POOL], principal_of(request).workspace_id,
+        after=after or "", before=before, limit=limit,
+    )  # fmt: skip
+    return json_response(page([store_object(s) for s in stores], has_more))
+
+
+async def get_store(request: web.Request) -> web.Response:
+    return json_response(store_object(await the_store(request)))
+
+
+async def update_store(request: web.Request) -> web.Response:
+    body = await read_body(request, StoreUpdate)
+    store = await the_store(request)
+    name = store.name if body.name is UNSET else body.name
+    metadata = store.metadata if body.metadata is UNSET else body.metadata
+    check_store_fields(name, metadata)
+    if store.name.lower() == "default" and name.lower() != "default":
+        raise conflict("The default store cannot be renamed")
+    try:
+        updated = await sq.update_store(
+            request.app[POOL], principal_of(request).workspace_id, store, name,
+            store.description if body.description is UNSET else body.description, metadata,
+            store.strip_temporal if body.strip_temporal is UNSET else body.strip_temporal,
+        )  # fmt: skip
+    except asyncpg.UniqueViolationError:
+        raise conflict(f"A memory store named {name!r} already exists") from None
+    return json_response(store_object(updated))
+
+
+async def delete_store(request: web.Request) -> web.Response:
+    force = request.query.get("force", "").lower()
+    if force not in ("", "true", "false"):
+        raise bad_request("force must be true or false")
+    store = await the_store(request)
+    if store.name.lower() == "default":
+        raise conflict("The default store cannot be deleted")
+    workspace = principal_of(request).workspace_id
+    async with request.app[POOL].acquire() as conn, conn.transaction():
+        active = await sq.count_active(conn, workspace, store.id)
+        if active and force != "true":
+            raise conflict(
+                f"Memory store {store.name!r} holds {active} active memories; "
+                "delete them first or pass force=true"
+            )
+        await sq.delete_store(conn, workspace, store.id)
+    return json_response({"id": store.id, "type": "memory_store_deleted"})
+
+
+# --- memories -----------------------------------------------------------------------------
+
+
+async def create_memory(request: web.Request) -> web.Response:
+    body = await read_body(request, PathMemoryCreate)
+    v.check_text(body.content, "content")
+    store = await the_store(request)
+    ctx = writes.WriteContext(principal_of(request), default_tier="core")
+    item = writes.MemoryIn(
+        text=body.content, path=body.path, metadata=body.metadata, store=store.id
+    )
+    async with request.app[POOL].acquire() as conn, conn.transaction():
+        written = await writes.write(conn, ctx, item)
+        await writes.finish(conn, ctx)
+    return json_response(full_object(written.memory), status=201)
+
+
+async def _path_memory(
+    conn: asyncpg.Connection | asyncpg.Pool,
+    principal: Principal,
+    store: Store,
+    memory_id: str,
+    *,
+    for_update: bool = False,
+) -> Memory:
+    memory = await q.get_readable(conn, principal, memory_id, for_update=for_update)
+    if (
+        memory is None
+        or memory.store_id != store.id
+        or memory.path is None
+        or memory.status == "deleted"
+    ):
+        raise not_found(f"Memory {memory_id!r} not found in memory store {store.id!r}")
+    return memory
+
+
+async def get_memory(request: web.Request) -> web.Response:
+    store = await the_store(request)
+    memory = await _path_memory(
+        request.app[POOL], principal_of(request), store, request.match_info["memory_id"]
+    )
+    return json_response(full_object(memory))
+
+
+async def update_memory(request: web.Request) -> web.Response:
+    body = await read_body(request, PathMemoryUpdate)
+    if body.content is not UNSET:
+        v.check_text(body.content, "content")
+    if body.metadata is not UNSET:
+        v.check_metadata(body.metadata)
+    store = await the_store(request)
+    principal = principal_of(request)
+    ctx = writes.WriteContext(principal)
+    async with request.app[POOL].acquire() as conn, conn.transaction():
+        memory = await _path_memory(
+            conn, principal, store, request.match_info["memory_id"], for_update=True
+        )
+        if body.path is not UNSET and body.path != memory.path:
+            raise bad_request("path is immutable: write a new memory at the new path instead")
+        content = memory.text if body.content is UNSET else body.content
+        metadata = memory.metadata if body.metadata is UNSET else body.metadata
+        unchanged = content == memory.text and metadata == memory.metadata
+        stale = body.content_sha256 is not UNSET and body.content_sha256 != memory.content_sha256
+        # A stale precondition is fine when the request is already the stored state (a
+        # retry of an update that applied): answer as if it just did.
+        if stale and not unchanged:
+            raise conflict(
+                "content_sha256 does not match the stored content: it changed since you "
+                f"read it (stored: {memory.content_sha256})"
+            )
+        if not unchanged:
+            patch = writes.MemoryPatch(
+                text=UNSET if body.content is UNSET else body.content,
+                metadata=UNSET if body.metadata is UNSET else body.metadata,
+            )
+            memory = await writes.patch(conn, ctx, memory.id, patch)
+            await writes.finish(conn, ctx)
+    return json_response(full_object(memory))
+
+
+async def delete_memory(request: web.Request) -> web.Response:
+    store = await the_store(request)
+    principal = principal_of(request)
+    ctx = writes.WriteContext(principal)
+    async with request.app[POOL].acquire() as conn, conn.transaction():
+        memory = await _path_memory(
+            conn, principal, store, request.match_info["memory_id"], for_update=True
+        )
+        await writes.delete(conn, ctx, memory.id)
+        await writes.finish(conn, ctx)
+    return json_response(
+        {
+            "id": memory.id,
+            "type": "memory_deleted",
+            "memory_store_id": store.id,
+            "path": memory.path,
+        }
+    )
+
+
+async def list_versions(request: web.Request) -> web.Response:
+    store = await the_store(request)
+    principal = principal_of(request)
+    memory = await _path_memory(
+        request.app[POOL], principal, store, request.match_info["memory_id"]
+    )
+    return json_response(await versions_body(request.app[POOL], principal.workspace_id, memory.id))
+
+
+async def list_memories(request: web.Request) -> web.Response:
+    limit = parse_limit(request)
+    after, before = paging_ids(request)
+    prefix = request.query.get("path_prefix", "")
+    store = await the_store(request)
+    principal = principal_of(request)
+    pool = request.app[POOL]
+    anchor: str | None = None
+    if after is not None or before is not None:
+        anchor_id = after or before
+        assert anchor_id is not None
+        anchor = await sq.path_of(pool, principal, store.id, anchor_id)
+        if anchor is None:
+            name = "after_id" if after else "before_id"
+            raise bad_request(f"{name} {anchor_id!r} is not a memory of this store")
+    entries, has_more = await sq.list_entries(
+        pool, principal, store.id, prefix=prefix,
+        after_path=anchor if after is not None else None,
+        before_path=anchor if before is not None else None,
+        limit=limit,
+    )  # fmt: skip
+    return json_response(page([entry_object(e, store.id) for e in entries], has_more))
