@@ -19,6 +19,7 @@ from embeddings import Embedder
 from embeddings.worker import Worker, WorkerConfig
 from service import db
 from service.bootstrap import bootstrap, print_first_key
+from service.faces.search import TOUCHER, Toucher
 from service.metrics import Metrics
 from service.middleware import access_middleware, context_middleware
 from service.queries import idempotency, ratelimit
@@ -30,6 +31,7 @@ from service.state import METRICS, MODEL, POOL, ROUTE_SPECS, SETTINGS, Model
 log = logging.getLogger("mneme.app")
 
 JANITOR_INTERVAL_S = 60.0
+TOUCH_BATCH_S = 0.5
 
 
 def load_embedder(settings: Settings) -> Embedder:
@@ -109,7 +111,8 @@ def create_app(
         yield
         await _cancel(task)
 
-    app.cleanup_ctx.extend([database, model])
+    app[TOUCHER] = Toucher()
+    app.cleanup_ctx.extend([database, model, touch_returned])
     if settings.worker:
         app.cleanup_ctx.append(embedding_worker)
     app.cleanup_ctx.append(janitor)
@@ -120,6 +123,27 @@ async def _cancel(task: asyncio.Task[None]) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+
+
+async def touch_returned(app: web.Application) -> AsyncIterator[None]:
+    """Stamp ``last_used_at`` on what searches returned: batched, off the response path."""
+    toucher = app[TOUCHER]
+
+    async def loop() -> None:
+        while True:
+            await toucher.wake.wait()
+            toucher.wake.clear()
+            await asyncio.sleep(TOUCH_BATCH_S)  # gather a batch
+            try:
+                await toucher.flush(app[POOL])
+            except Exception:
+                log.exception("could not record last_used_at; will retry with the next batch")
+
+    task = asyncio.create_task(loop(), name="mneme-touch")
+    yield
+    await _cancel(task)
+    with contextlib.suppress(Exception):
+        await toucher.flush(app[POOL])  # what is pending when stopping
 
 
 async def embedding_worker(app: web.Application) -> AsyncIterator[None]:

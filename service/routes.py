@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from service.faces import admin, browse, memories, ops, speakers, stores
+from service.faces import admin, browse, memories, ops, search, speakers, stores
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -40,6 +40,8 @@ ROUTES: list[Route] = [
     Route("GET", "/static/{name}", ops.static_file, None),
     # Browse face (seed 000)
     Route("GET", "/api/v1/memories", browse.list_memories, READ),
+    # Search face (seed 002)
+    Route("POST", "/api/v1/memory/search", search.search, READ),
     # Write API
     Route("POST", "/api/v1/memories", memories.create_memories, WRITE),
     Route("GET", "/api/v1/memories/{memory_id}", memories.get_memory, READ),

@@ -1,0 +1,397 @@
+"""Search face (seed 002, SPEC §3.3): ``POST /api/v1/memory/search``.
+
+Validation exactly as the seed (out of range is a 400, never clamped), the memory
+models and what each may serve (403 naming the model), retrieval through
+``service.queries.search`` and ``service.ranking``, then rendering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import msgspec
+import numpy as np
+from aiohttp import web
+
+from service import ranking
+from service.errors import ApiError, bad_request, forbidden, not_found
+from service.jsonutil import iso, json_response, parse_time
+from service.middleware import principal_of
+from service.queries import memories as q
+from service.queries import search as sq
+from service.queries.search import Candidate, SearchFilters
+from service.state import MODEL, POOL
+
+USER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+MAX_QUERY_BYTES = 8192
+FILTER_KEYS = (
+    "category", "tier", "fact_type", "scope", "entity", "created_after", "created_before",
+    "event_after", "event_before", "min_importance", "include_superseded",
+)  # fmt: skip
+FORMS = ("memoir", "archive")
+TOP_LEVEL = (
+    "user_id", "query", "max_results", "speaker", "cache_control", "filters", "form", "tz",
+    "max_images", "verify",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    fuse_text: bool  # hybrid: vector + full text
+    features: bool  # importance, recency, proof count, supersession
+    default_max_results: int
+    form: bool
+    verify: bool
+    images: bool
+    self_apart: bool  # self_memories kept apart from memories
+
+
+MODELS = {
+    "tablet-2": Model("Tablet 2", True, True, 20, True, True, True, True),
+    "scroll-1.2": Model("Scroll 1.2", True, False, 15, True, False, False, False),
+    "scroll-1.1": Model("Scroll 1.1", False, False, 15, False, False, False, False),
+}
+DEFAULT_MODEL = "tablet-2"
+
+
+def pick_model(header: str | None) -> Model:
+    if header is None or not header.strip():
+        return MODELS[DEFAULT_MODEL]
+    key = "-".join(header.strip().lower().split())
+    model = MODELS.get(key)
+    if model is None:
+        names = [m.name for m in MODELS.values()]
+        raise bad_request(
+            f"Unknown memory model {header!r}; known models: {', '.join(names)}", valid=names
+        )
+    return model
+
+
+@dataclass
+class SearchRequest:
+    store_ref: str
+    query: str
+    max_results: int
+    speaker: str | None
+    filters: SearchFilters
+    form: str | None
+    tz: int
+    max_images: int
+    verify: int
+    cache: str | None  # "5m" | "1h"
+    warnings: list[str]
+
+
+def _int(body: dict[str, Any], name: str, lo: int, hi: int, default: int) -> int:
+    if name not in body or body[name] is None:
+        return default
+    value = body[name]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise bad_request(f"{name} must be an integer from {lo} to {hi}", param=name)
+    if not lo <= value <= hi:
+        raise bad_request(
+            f"{name} must be from {lo} to {hi}, got {value}: out-of-range values are refused, "
+            "not clamped",
+            param=name,
+        )
+    return value
+
+
+def _strings(value: Any, name: str) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise bad_request(
+        f"filters.{name} must be a string or a non-empty array of strings", param=name
+    )
+
+
+def parse_filters(raw: Any, warnings: list[str]) -> SearchFilters:
+    if raw is None:
+        return SearchFilters()
+    if not isinstance(raw, dict):
+        raise bad_request("filters must be an object", param="filters")
+    unknown = sorted(set(raw) - set(FILTER_KEYS))
+    if unknown:
+        warnings.append(
+            f"Ignored unknown filter key(s): {', '.join(unknown)}; known: {', '.join(FILTER_KEYS)}"
+        )
+    out: dict[str, Any] = {}
+    for key, field in (("category", "categories"), ("tier", "tiers"), ("fact_type", "fact_types"),
+                       ("scope", "scopes"), ("entity", "entities")):  # fmt: skip
+        if raw.get(key) is not None:
+            out[field] = _strings(raw[key], key)
+    for key in ("created_after", "created_before", "event_after", "event_before"):
+        if raw.get(key) is not None:
+            if not isinstance(raw[key], str):
+                raise bad_request(f"filters.{key} must be an RFC 3339 string", param=key)
+            out[key] = parse_time(raw[key], f"filters.{key}")
+    if raw.get("min_importance") is not None:
+        value = raw["min_importance"]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+            raise bad_request(
+                "filters.min_importance must be a number from 0 to 1", param="min_importance"
+            )
+        out["min_importance"] = float(value)
+    if raw.get("include_superseded") is not None:
+        if not isinstance(raw["include_superseded"], bool):
+            raise bad_request(
+                "filters.include_superseded must be a boolean", param="include_superseded"
+            )
+        out["include_superseded"] = raw["include_superseded"]
+    return SearchFilters(**out)
+
+
+def parse_request(raw: bytes, model: Model, form_header: str | None) -> SearchRequest:
+    try:
+        body = msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise bad_request(f"Request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise bad_request("Request body must be a JSON object")
+    warnings: list[str] = []
+    unknown = sorted(set(body) - set(TOP_LEVEL))
+    if unknown:
+        warnings.append(f"Ignored unknown field(s): {', '.join(unknown)}")
+
+    user_id = body.get("user_id")
+    if not isinstance(user_id, str) or not USER_ID.fullmatch(user_id):
+        raise bad_request(
+            "user_id is required: 1-64 ASCII letters, digits, '.', '_' or '-', starting with a "
+            "letter or digit",
+            param="user_id",
+        )
+    query = body.get("query")
+    if not isinstance(query, str) or not query.strip():
+        raise bad_request("query is required and must not be empty", param="query")
+    if len(query.encode("utf-8", errors="replace")) > MAX_QUERY_BYTES:
+        raise bad_request(f"query is longer than {MAX_QUERY_BYTES} bytes", param="query")
+    if "\x00" in query:
+        raise bad_request("query must not contain NUL characters", param="query")
+
+    max_results = _int(body, "max_results", 5, 20, model.default_max_results)
+    verify = _int(body, "verify", 0, 3, 0)
+    max_images = _int(body, "max_images", 0, 5, 1)
+    tz = _int(body, "tz", -12, 14, 0)
+
+    form = body.get("form")
+    if form is not None and form not in FORMS:
+        raise bad_request(
+            f"form must be one of: {', '.join(FORMS)}", param="form", valid=list(FORMS)
+        )
+    if form_header is not None and form_header.strip():
+        header_form = form_header.strip().lower()
+        if header_form not in FORMS:
+            raise bad_request(f"X-WOS-Form must be one of: {', '.join(FORMS)}", valid=list(FORMS))
+        if form is not None and form != header_form:
+            raise bad_request("form and the X-WOS-Form header disagree")
+        form = header_form
+
+    speaker = body.get("speaker")
+    if speaker is not None and (not isinstance(speaker, str) or not speaker):
+        raise bad_request("speaker must be a non-empty string", param="speaker")
+
+    cache = None
+    if body.get("cache_control") is not None:
+        cc = body["cache_control"]
+        if not isinstance(cc, dict) or cc.get("type") != "ephemeral" or set(cc) - {"type", "ttl"}:
+            raise bad_request(
+                'cache_control must be {"type": "ephemeral", "ttl": "5m" | "1h"}',
+                param="cache_control",
+            )
+        cache = cc.get("ttl", "5m")
+        if cache not in ("5m", "1h"):
+            raise bad_request('cache_control.ttl must be "5m" or "1h"', param="cache_control")
+
+    filters = parse_filters(body.get("filters"), warnings)
+
+    # What the model cannot serve is refused (values actually sent), naming the model.
+    if verify >= 1 and not model.verify:
+        raise forbidden(f"{model.name} cannot run verify passes; use Tablet 2")
+    if "max_images" in body and max_images >= 1 and not model.images:
+        raise forbidden(f"{model.name} does not store images; use Tablet 2")
+    if form is not None and not model.form:
+        raise forbidden(f"{model.name} cannot render a form; use Scroll 1.2 or Tablet 2")
+
+    return SearchRequest(
+        store_ref=user_id, query=query, max_results=max_results, speaker=speaker,
+        filters=filters, form=form, tz=tz, max_images=max_images, verify=verify, cache=cache,
+        warnings=warnings,
+    )  # fmt: skip
+
+
+# --- rendering ----------------------------------------------------------------------------
+
+
+def render_time(ts: datetime, form: str | None, tz: int) -> str:
+    if form is None:
+        return iso(ts)
+    local = ts.astimezone(timezone(timedelta(hours=tz)))
+    if form == "memoir":
+        return f"{local:%A}, {local.day} {local:%B %Y, %H:%M}"
+    return f"{local:%Y-%m-%d %H:%M} UTC{tz:+03d}:00"
+
+
+def render(c: Candidate, req: SearchRequest, strip_temporal: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": c.id,
+        "content": c.text,
+        "category": c.category,
+        "similarity": round(ranking.similarity(c), 6),
+        "importance": c.importance,
+    }
+    if not strip_temporal:
+        out["time_bucket"] = (c.event_date or c.created_at).astimezone(UTC).strftime("%Y-%m")
+    out["is_superseded"] = c.superseded_by is not None
+    out["superseded_by"] = c.superseded_by
+    if not strip_temporal:
+        out["created_at"] = render_time(c.created_at, req.form, req.tz)
+    out["event_date"] = (
+        None if c.event_date is None else render_time(c.event_date, req.form, req.tz)
+    )
+    if c.speaker is not None:
+        out["speaker"] = c.speaker
+    return out
+
+
+# --- the handler --------------------------------------------------------------------------
+
+
+async def search(request: web.Request) -> web.Response:
+    model = pick_model(request.headers.get("X-WOS-Model"))
+    req = parse_request(await request.read(), model, request.headers.get("X-WOS-Form"))
+    principal = principal_of(request)
+    pool = request.app[POOL]
+    store = await q.resolve_store(pool, principal.workspace_id, req.store_ref)
+    if store is None:
+        raise not_found(f"Store {req.store_ref!r} not found")
+    if req.speaker is not None and not await q.speaker_exists(
+        pool, principal.workspace_id, store.id, req.speaker
+    ):
+        raise not_found(f"Speaker {req.speaker!r} is not registered in store {store.name!r}")
+
+    slot = request.app[MODEL]
+    if slot.queries is None:
+        raise ApiError(503, "The embedding model is still loading; retry in a few seconds",
+                       headers={"Retry-After": "5"})  # fmt: skip
+    query_vector = await slot.queries.encode(req.query)
+    now = datetime.now(UTC)
+    per_arm = max(60, 4 * req.max_results)
+
+    async with pool.acquire() as conn, conn.transaction(readonly=True):
+        exact = await sq.store_is_small(conn, principal.workspace_id, store.id)
+
+        async def retrieve(
+            vector: np.ndarray[Any, Any],
+            text: str,
+            exclude: list[str],
+            *,
+            self_only: bool | None,
+            images: bool | None,
+            speaker: str | None,
+            filters: SearchFilters,
+            limit: int,
+        ) -> list[Candidate]:
+            found = await sq.candidates(
+                conn, principal, store.id, vector, text, filters, exact=exact, per_arm=per_arm,
+                speaker=speaker, exclude=exclude, self_only=self_only, images=images,
+                use_fts=model.fuse_text,
+            )  # fmt: skip
+            ranked = ranking.rank(
+                found, fuse_text=model.fuse_text, use_features=model.features, now=now
+            )
+            return ranked[:limit]
+
+        self_mode = model.self_apart
+        wants_self = req.speaker == "me" and self_mode
+        memories: list[Candidate] = []
+        if not wants_self:
+            memories = await retrieve(
+                query_vector, req.query, [], self_only=False if self_mode else None,
+                images=False if model.images else None, speaker=req.speaker,
+                filters=req.filters, limit=req.max_results,
+            )  # fmt: skip
+        verify_used = 0
+        if req.verify and not wants_self:
+            returned = [c.id for c in memories]
+            for _ in range(req.verify):
+                vector, text = feedback(query_vector, req.query, memories)
+                extra = await retrieve(
+                    vector, text, returned, self_only=False, images=False, speaker=req.speaker,
+                    filters=req.filters, limit=req.max_results,
+                )  # fmt: skip
+                if not extra:
+                    break
+                verify_used += 1
+                memories += extra
+                returned += [c.id for c in extra]
+        self_memories: list[Candidate] = []
+        if self_mode:
+            self_memories = await retrieve(
+                query_vector, req.query, [], self_only=True, images=None, speaker=None,
+                filters=SearchFilters(), limit=req.max_results,
+            )  # fmt: skip
+        images: list[Candidate] = []
+        if model.images and req.max_images:
+            images = await retrieve(
+                query_vector, req.query, [], self_only=None, images=True, speaker=None,
+                filters=req.filters, limit=req.max_images,
+            )  # fmt: skip
+
+    strip = store.strip_temporal
+    body: dict[str, Any] = {"memories": [render(c, req, strip) for c in memories]}
+    if model.images:
+        body["images"] = [
+            {**render(c, req, strip), "media_url": f"/api/v1/memories/{c.id}/media"} for c in images
+        ]
+    if self_mode:
+        body["self_memories"] = [render(c, req, strip) for c in self_memories]
+    if req.verify > 0:
+        body["verify_used"] = verify_used
+    if req.warnings:
+        body["warnings"] = req.warnings
+    touched = [c.id for c in memories + self_memories + images]
+    if touched:
+        request.app[TOUCHER].add(principal.workspace_id, touched)
+    # Answers are not cached yet (issue 6): every answer is fresh, and says so.
+    headers = {"X-Cache": "miss"} if req.cache is not None else None
+    return json_response(body, headers=headers)
+
+
+def feedback(
+    query_vector: np.ndarray[Any, Any], query: str, found: list[Candidate]
+) -> tuple[np.ndarray[Any, Any], str]:
+    """Relevance feedback for a verify pass: reach for what the found memories talk about.
+
+    The full-text arm gets the question plus the found texts (their names, places and
+    topics), so it reaches memories that share words with the evidence rather than with
+    the question.
+    """
+    text = " ".join([query, *(c.text[:500] for c in found[:5])])
+    return query_vector, text
+
+
+class Toucher:
+    """Batches ``last_used_at = now()`` for returned memories, off the response path."""
+
+    def __init__(self) -> None:
+        self.pending: dict[str, set[str]] = {}
+        self.wake = asyncio.Event()
+
+    def add(self, workspace_id: str, ids: list[str]) -> None:
+        self.pending.setdefault(workspace_id, set()).update(ids)
+        self.wake.set()
+
+    async def flush(self, pool: Any) -> None:
+        batch, self.pending = self.pending, {}
+        for workspace_id, ids in batch.items():
+            await sq.touch(pool, workspace_id, sorted(ids))
+
+
+TOUCHER = web.AppKey("toucher", Toucher)

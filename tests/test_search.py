@@ -1,0 +1,414 @@
+"""Search face (seed 002, SPEC §3.3): validation, models, retrieval, rendering."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import asyncpg
+import pytest
+
+from embeddings.model import SentenceTransformerEmbedder
+from embeddings.worker import Worker
+from service import db
+from service.settings import Settings
+from tests.helpers import ADMIN, Client, auth, make_key
+
+URL = "/api/v1/memory/search"
+PNG = "iVBORw0KGgoAAAAAAAAAAAAAAAAAAAA="
+
+
+async def search(
+    client: Client,
+    body: dict[str, Any],
+    *,
+    model: str | None = None,
+    status: int = 200,
+    headers: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    h = {**ADMIN, **(headers or {})}
+    if model is not None:
+        h["X-WOS-Model"] = model
+    resp = await client.post(URL, json=body, headers=h)
+    assert resp.status == status, await resp.text()
+    out: dict[str, Any] = await resp.json()
+    return out
+
+
+async def seed(
+    client: Client, db_url: str, embedder: SentenceTransformerEmbedder, items: list[dict[str, Any]]
+) -> list[str]:
+    ids = []
+    for item in items:
+        resp = await client.post("/api/v1/memories", json=item, headers=ADMIN)
+        assert resp.status == 201, await resp.text()
+        ids.append((await resp.json())["id"])
+    pool = await db.create_pool(db_url, Settings(database_url=db_url, pool_min=1, pool_max=2))
+    try:
+        await Worker(pool, embedder).drain()
+    finally:
+        await pool.close()
+    return ids
+
+
+FACTS: list[dict[str, Any]] = [
+    {"text": "Alice drinks oat milk flat whites every morning.", "importance": 0.9},
+    {"text": "The deploy pipeline runs on Fridays at noon.", "category": "ops"},
+    {"text": "Bob is allergic to peanuts.", "factType": "world"},
+    {"text": "The office moved from Leeds to York in 2025.", "tier": "core"},
+    {"text": "I promised to send the quarterly report.", "speaker": "me"},
+    {"text": "A photo of the team at the lake", "image": {"data": PNG, "mimeType": "image/png"}},
+]
+
+
+@pytest.fixture
+async def facts(client: Client, db_url: str, embedder: SentenceTransformerEmbedder) -> list[str]:
+    return await seed(client, db_url, embedder, FACTS)
+
+
+# --- validation ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        ({"query": "x"}, "user_id"),
+        ({"user_id": "", "query": "x"}, "user_id"),
+        ({"user_id": "-bad", "query": "x"}, "user_id"),
+        ({"user_id": "a" * 65, "query": "x"}, "user_id"),
+        ({"user_id": "default"}, "query"),
+        ({"user_id": "default", "query": "   "}, "query"),
+        ({"user_id": "default", "query": "x" * 8193}, "8192"),
+        ({"user_id": "default", "query": "x", "max_results": 4}, "max_results"),
+        ({"user_id": "default", "query": "x", "max_results": 21}, "max_results"),
+        ({"user_id": "default", "query": "x", "max_results": "10"}, "max_results"),
+        ({"user_id": "default", "query": "x", "max_results": True}, "max_results"),
+        ({"user_id": "default", "query": "x", "verify": 4}, "verify"),
+        ({"user_id": "default", "query": "x", "verify": -1}, "verify"),
+        ({"user_id": "default", "query": "x", "max_images": 6}, "max_images"),
+        ({"user_id": "default", "query": "x", "tz": 15}, "tz"),
+        ({"user_id": "default", "query": "x", "tz": -13}, "tz"),
+        ({"user_id": "default", "query": "x", "form": "diary"}, "form"),
+        (
+            {"user_id": "default", "query": "x", "cache_control": {"type": "persistent"}},
+            "cache_control",
+        ),
+        (
+            {
+                "user_id": "default",
+                "query": "x",
+                "cache_control": {"type": "ephemeral", "ttl": "2h"},
+            },
+            "ttl",
+        ),
+        ({"user_id": "default", "query": "x", "filters": []}, "filters"),
+        ({"user_id": "default", "query": "x", "filters": {"tier": 5}}, "tier"),
+        ({"user_id": "default", "query": "x", "filters": {"min_importance": 2}}, "min_importance"),
+        (
+            {"user_id": "default", "query": "x", "filters": {"include_superseded": "no"}},
+            "include_superseded",
+        ),
+        (
+            {"user_id": "default", "query": "x", "filters": {"created_after": "last week"}},
+            "created_after",
+        ),
+    ],
+)
+async def test_bad_requests_are_400_never_clamped(
+    client: Client, body: dict[str, Any], needle: str
+) -> None:
+    resp = await client.post(URL, json=body, headers=ADMIN)
+    assert resp.status == 400, await resp.text()
+    error = (await resp.json())["error"]
+    assert error["type"] == "invalid_request_error" and needle in error["message"]
+
+
+async def test_unknown_model_is_a_400_listing_the_names(client: Client) -> None:
+    resp = await client.post(
+        URL, json={"user_id": "default", "query": "x"}, headers={**ADMIN, "X-WOS-Model": "Quill 9"}
+    )
+    assert resp.status == 400
+    assert (await resp.json())["error"]["valid"] == ["Tablet 2", "Scroll 1.2", "Scroll 1.1"]
+
+
+@pytest.mark.parametrize(
+    ("model", "body", "allowed"),
+    [
+        ("Scroll 1.2", {"verify": 1}, False),
+        ("Scroll 1.2", {"max_images": 1}, False),
+        ("Scroll 1.2", {"form": "memoir"}, True),
+        ("Scroll 1.1", {"form": "memoir"}, False),
+        ("Scroll 1.1", {"verify": 2}, False),
+        ("Scroll 1.1", {"max_images": 0}, True),
+        ("Scroll 1.1", {"verify": 0}, True),
+        ("scroll-1.1", {}, True),
+        ("TABLET  2", {"verify": 3, "max_images": 5, "form": "archive"}, True),
+    ],
+)
+async def test_capabilities_per_model(
+    client: Client, model: str, body: dict[str, Any], allowed: bool
+) -> None:
+    resp = await client.post(
+        URL,
+        json={"user_id": "default", "query": "coffee", **body},
+        headers={**ADMIN, "X-WOS-Model": model},
+    )
+    if allowed:
+        assert resp.status == 200, await resp.text()
+    else:
+        assert resp.status == 403
+        message = (await resp.json())["error"]["message"]
+        assert "Scroll 1.1" in message or "Scroll 1.2" in message
+
+
+async def test_unknown_store_and_unregistered_speaker_are_404(client: Client) -> None:
+    await search(client, {"user_id": "nope", "query": "x"}, status=404)
+    await search(client, {"user_id": "default", "query": "x", "speaker": "Caroline"}, status=404)
+    await search(client, {"user_id": "DEFAULT", "query": "x", "speaker": "me"})
+
+
+async def test_search_needs_the_read_scope(client: Client) -> None:
+    writer = await make_key(client, kind="service", scopes=["memory:write"])
+    resp = await client.post(URL, json={"user_id": "default", "query": "x"}, headers=auth(writer))
+    assert resp.status == 403
+
+
+async def test_unknown_filter_keys_are_dropped_with_a_warning(client: Client) -> None:
+    out = await search(
+        client, {"user_id": "default", "query": "x", "filters": {"catgory": "ops"}, "colour": 1}
+    )
+    assert any("catgory" in w for w in out["warnings"])
+    assert any("colour" in w for w in out["warnings"])
+
+
+# --- retrieval and rendering --------------------------------------------------------------
+
+
+async def test_finds_the_relevant_memory_first(client: Client, facts: list[str]) -> None:
+    out = await search(
+        client, {"user_id": "default", "query": "what does alice drink?", "max_results": 5}
+    )
+    assert out["memories"][0]["content"].startswith("Alice drinks oat milk")
+    m = out["memories"][0]
+    assert set(m) == {"id", "content", "category", "similarity", "importance", "time_bucket",
+                      "is_superseded", "superseded_by", "created_at", "event_date"}  # fmt: skip
+    assert 0 < m["similarity"] <= 1 and m["importance"] == 0.9
+    assert m["created_at"].endswith("Z") and len(m["time_bucket"]) == 7
+    assert (m["is_superseded"], m["superseded_by"], m["event_date"]) == (False, None, None)
+    assert "verify_used" not in out
+
+
+async def test_tablet_keeps_self_memories_and_images_apart(
+    client: Client, facts: list[str]
+) -> None:
+    out = await search(
+        client, {"user_id": "default", "query": "the quarterly report I promised", "max_results": 5}
+    )
+    assert all(m.get("speaker") != "me" for m in out["memories"])
+    assert out["self_memories"][0]["content"] == "I promised to send the quarterly report."
+    assert out["self_memories"][0]["speaker"] == "me"
+    assert len(out["images"]) == 1  # max_images defaults to 1
+    assert out["images"][0]["media_url"].endswith("/media")
+    assert all(m["id"] != out["images"][0]["id"] for m in out["memories"])
+    none = await search(client, {"user_id": "default", "query": "lake photo", "max_images": 0})
+    assert none["images"] == []
+    me = await search(client, {"user_id": "default", "query": "report", "speaker": "me"})
+    assert me["memories"] == [] and me["self_memories"]
+
+
+async def test_scroll_models_mix_self_memories_in(client: Client, facts: list[str]) -> None:
+    for model in ("Scroll 1.2", "Scroll 1.1"):
+        out = await search(
+            client,
+            {"user_id": "default", "query": "the quarterly report I promised", "max_results": 5},
+            model=model,
+        )
+        assert "self_memories" not in out and "images" not in out
+        assert any(m.get("speaker") == "me" for m in out["memories"])
+    out = await search(client, {"user_id": "default", "query": "x"}, model="Scroll 1.2")
+    assert len(out["memories"]) <= 15
+
+
+async def test_default_max_results_per_model(
+    client: Client, db_url: str, embedder: SentenceTransformerEmbedder
+) -> None:
+    await seed(
+        client, db_url, embedder, [{"text": f"fact number {i} about the garden"} for i in range(30)]
+    )
+    assert len((await search(client, {"user_id": "default", "query": "garden"}))["memories"]) == 20
+    assert (
+        len(
+            (await search(client, {"user_id": "default", "query": "garden"}, model="Scroll 1.2"))[
+                "memories"
+            ]
+        )
+        == 15
+    )
+    assert (
+        len(
+            (await search(client, {"user_id": "default", "query": "garden", "max_results": 5}))[
+                "memories"
+            ]
+        )
+        == 5
+    )
+
+
+async def test_filters_narrow_the_memories(client: Client, facts: list[str]) -> None:
+    body = {"user_id": "default", "query": "anything at all", "max_results": 20}
+    ops = await search(client, {**body, "filters": {"category": "ops"}})
+    assert [m["content"] for m in ops["memories"]] == [
+        "The deploy pipeline runs on Fridays at noon."
+    ]
+    core = await search(client, {**body, "filters": {"tier": ["core"]}})
+    assert [m["content"] for m in core["memories"]] == [
+        "The office moved from Leeds to York in 2025."
+    ]
+    important = await search(client, {**body, "filters": {"min_importance": 0.8}})
+    assert [m["content"] for m in important["memories"]] == [
+        "Alice drinks oat milk flat whites every morning."
+    ]
+    future = await search(client, {**body, "filters": {"created_after": "2999-01-01T00:00:00Z"}})
+    assert future["memories"] == []
+    # Filters do not apply to self_memories.
+    assert ops["self_memories"]
+
+
+async def test_superseded_memories_sink_or_drop(
+    client: Client, db_url: str, embedder: SentenceTransformerEmbedder
+) -> None:
+    [old] = await seed(client, db_url, embedder, [{"text": "The team standup is at 9:00."}])
+    [new] = await seed(
+        client, db_url, embedder, [{"text": "The team standup is at 9:30.", "supersedes": old}]
+    )
+    out = await search(
+        client, {"user_id": "default", "query": "when is the team standup?", "max_results": 5}
+    )
+    ids = [m["id"] for m in out["memories"]]
+    assert ids.index(new) < ids.index(old)
+    old_item = out["memories"][ids.index(old)]
+    assert old_item["is_superseded"] is True and old_item["superseded_by"] == new
+    dropped = await search(
+        client,
+        {
+            "user_id": "default",
+            "query": "when is the team standup?",
+            "filters": {"include_superseded": False},
+        },
+    )
+    assert old not in [m["id"] for m in dropped["memories"]]
+
+
+async def test_unembedded_memories_are_found_by_text_with_similarity_zero(client: Client) -> None:
+    resp = await client.post(
+        "/api/v1/memories", json={"text": "Zanzibar ferry timetable"}, headers=ADMIN
+    )
+    assert resp.status == 201
+    out = await search(client, {"user_id": "default", "query": "zanzibar ferry"})
+    assert out["memories"][0]["content"] == "Zanzibar ferry timetable"
+    assert out["memories"][0]["similarity"] == 0
+
+
+async def test_forms_render_times_in_the_given_zone(
+    client: Client, db_url: str, embedder: SentenceTransformerEmbedder
+) -> None:
+    await seed(
+        client,
+        db_url,
+        embedder,
+        [{"text": "Concert in the park", "eventDate": "2026-07-04T13:05:00Z"}],
+    )
+    memoir = await search(
+        client, {"user_id": "default", "query": "concert", "form": "memoir", "tz": 2}
+    )
+    assert memoir["memories"][0]["event_date"] == "Saturday, 4 July 2026, 15:05"
+    archive = await search(
+        client,
+        {"user_id": "default", "query": "concert", "tz": 2},
+        headers={"X-WOS-Form": "archive"},
+    )
+    assert archive["memories"][0]["event_date"] == "2026-07-04 15:05 UTC+02:00"
+    west = await search(
+        client, {"user_id": "default", "query": "concert", "form": "archive", "tz": -5}
+    )
+    assert west["memories"][0]["event_date"] == "2026-07-04 08:05 UTC-05:00"
+    plain = await search(client, {"user_id": "default", "query": "concert"})
+    assert plain["memories"][0]["event_date"] == "2026-07-04T13:05:00.000Z"
+    assert plain["memories"][0]["time_bucket"] == "2026-07"
+
+
+async def test_strip_temporal_omits_created_at_and_time_bucket(
+    client: Client, facts: list[str], conn: asyncpg.Connection
+) -> None:
+    await conn.execute("UPDATE stores SET strip_temporal = true WHERE name = 'default'")
+    out = await search(client, {"user_id": "default", "query": "alice"})
+    assert all("created_at" not in m and "time_bucket" not in m for m in out["memories"])
+
+
+async def test_returned_memories_get_last_used_now(
+    client: Client, facts: list[str], conn: asyncpg.Connection
+) -> None:
+    await conn.execute("UPDATE memories SET last_used_at = '2020-01-01'")
+    out = await search(client, {"user_id": "default", "query": "alice", "max_results": 5})
+    returned = (
+        {m["id"] for m in out["memories"]}
+        | {m["id"] for m in out["self_memories"]}
+        | {m["id"] for m in out["images"]}
+    )
+    for _ in range(30):
+        touched = {
+            r["id"]
+            for r in await conn.fetch("SELECT id FROM memories WHERE last_used_at > '2021-01-01'")
+        }
+        if touched:
+            break
+        await asyncio.sleep(0.1)
+    assert touched == returned
+
+
+async def test_unreadable_memories_are_never_returned(client: Client, facts: list[str]) -> None:
+    from tests.helpers import make_member
+
+    await make_member(client, "alice")
+    await client.post(
+        "/api/v1/memories",
+        json={"text": "Alice secret: the vault code is 1234", "scope": "pair:bob:bot"},
+        headers=ADMIN,
+    )
+    key = auth(await make_key(client, kind="personal", member="alice", scopes=["memory:read"]))
+    out = await search(client, {"user_id": "default", "query": "vault code secret"}, headers=key)
+    assert all("vault" not in m["content"] for m in out["memories"])
+
+
+async def test_verify_passes_add_new_memories_only(
+    client: Client, db_url: str, embedder: SentenceTransformerEmbedder
+) -> None:
+    await seed(
+        client,
+        db_url,
+        embedder,
+        [{"text": f"Caroline note {i}: she painted a sunset at the lake"} for i in range(12)],
+    )
+    out = await search(
+        client,
+        {"user_id": "default", "query": "what did Caroline paint?", "max_results": 5, "verify": 3},
+    )
+    ids = [m["id"] for m in out["memories"]]
+    assert len(ids) == len(set(ids))
+    assert 0 <= out["verify_used"] <= 3
+    assert len(ids) == 5 * (1 + out["verify_used"]) or out["verify_used"] < 3
+    zero = await search(
+        client, {"user_id": "default", "query": "what did Caroline paint?", "verify": 0}
+    )
+    assert "verify_used" not in zero  # present only when verify > 0 was sent
+
+
+async def test_verify_stops_early_when_nothing_is_left(
+    client: Client, db_url: str, embedder: SentenceTransformerEmbedder
+) -> None:
+    await seed(client, db_url, embedder, [{"text": f"Only fact {i}"} for i in range(7)])
+    out = await search(
+        client, {"user_id": "default", "query": "fact", "max_results": 5, "verify": 3}
+    )
+    assert out["verify_used"] == 1  # the second pass found the last two, the third nothing
+    assert len(out["memories"]) == 7
