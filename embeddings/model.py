@@ -79,17 +79,26 @@ class SentenceTransformerEmbedder:
         self._lock = threading.Lock()
 
     def _encode(self, texts: Sequence[str]) -> Vectors:
-        if not texts:
-            return np.zeros((0, self.dimension), dtype=np.float32)
-        with self._lock:
-            vectors = self._model.encode(
-                list(texts),
-                batch_size=self.batch_size,
-                normalize_embeddings=True,
-                convert_to_numpy=True,
-                show_progress_bar=False,
-            )
-        return np.asarray(vectors, dtype=np.float32)
+        """Encode in length-sorted mini-batches, taking the model for one at a time.
+
+        Sorting the whole call by length keeps padding low (what ``encode()`` does
+        internally); locking per mini-batch rather than per call lets a search's query
+        slip in between two batches of a long worker claim instead of waiting for all of it.
+        """
+        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        for start in range(0, len(order), self.batch_size):
+            chunk = order[start : start + self.batch_size]
+            with self._lock:
+                vectors = self._model.encode(
+                    [texts[i] for i in chunk],
+                    batch_size=self.batch_size,
+                    normalize_embeddings=True,
+                    convert_to_numpy=True,
+                    show_progress_bar=False,
+                )
+            out[chunk] = vectors
+        return out
 
     def encode_queries(self, texts: Sequence[str]) -> Vectors:
         return self._encode(texts)

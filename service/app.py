@@ -22,7 +22,7 @@ from service.bootstrap import bootstrap, print_first_key
 from service.faces.search import TOUCHER, Toucher
 from service.metrics import Metrics
 from service.middleware import access_middleware, context_middleware
-from service.queries import idempotency, ratelimit
+from service.queries import idempotency, ratelimit, usage
 from service.queries import memories as q
 from service.routes import ROUTES, Route
 from service.settings import Settings
@@ -200,6 +200,7 @@ async def janitor(app: web.Application) -> AsyncIterator[None]:
                 async with app[POOL].acquire() as conn:
                     await ratelimit.prune(conn)
                     await idempotency.prune(conn)
+                    await usage.prune(conn)
                 if since_retention >= settings.retention_interval_s:
                     since_retention = 0.0
                     await retention()

@@ -14,7 +14,7 @@ from datetime import datetime
 
 from service.queries.search import Candidate
 
-RRF_K = 60.0
+RRF_K = 5.0
 VECTOR_WEIGHT = 1.0
 TEXT_WEIGHT = 1.0
 

@@ -42,6 +42,7 @@ ROUTES: list[Route] = [
     Route("GET", "/api/v1/memories", browse.list_memories, READ),
     # Search face (seed 002)
     Route("POST", "/api/v1/memory/search", search.search, READ),
+    Route("GET", "/api/v1/usage", search.get_usage, READ),
     # Write API
     Route("POST", "/api/v1/memories", memories.create_memories, WRITE),
     Route("GET", "/api/v1/memories/{memory_id}", memories.get_memory, READ),

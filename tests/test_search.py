@@ -412,3 +412,92 @@ async def test_verify_stops_early_when_nothing_is_left(
     )
     assert out["verify_used"] == 1  # the second pass found the last two, the third nothing
     assert len(out["memories"]) == 7
+
+
+# --- cache and usage ----------------------------------------------------------------------
+
+
+async def cached_search(client: Client, body: dict[str, Any]) -> tuple[str, float, dict[str, Any]]:
+    resp = await client.post(URL, json=body, headers=ADMIN)
+    assert resp.status == 200, await resp.text()
+    return resp.headers["X-Cache"], float(resp.headers["X-Usage-Units"]), await resp.json()
+
+
+async def test_cache_write_hit_extension_and_invalidation(
+    client: Client, facts: list[str], embedder: SentenceTransformerEmbedder
+) -> None:
+    query = "what does alice drink"
+    body: dict[str, Any] = {"user_id": "default", "query": query, "max_results": 5,
+                            "cache_control": {"type": "ephemeral", "ttl": "5m"}}  # fmt: skip
+    q_tokens = embedder.count_tokens(query)
+    state, units, first = await cached_search(client, body)
+    result_tokens = sum(
+        embedder.count_tokens(m["content"])
+        for key in ("memories", "self_memories", "images")
+        for m in first[key]
+    )
+    assert state == "write"
+    assert units == pytest.approx(2 * q_tokens + result_tokens, abs=1e-3)
+    state, units, again = await cached_search(client, body)
+    assert (state, again) == ("hit", first)
+    assert units == pytest.approx(0.1 * (q_tokens + result_tokens), abs=1e-3)
+    # A query that extends the cached one is answered fresh and replaces the entry.
+    longer = {**body, "query": query + " in the morning"}
+    state, units, ext = await cached_search(client, longer)
+    new_tokens = embedder.count_tokens(longer["query"])
+    ext_results = sum(
+        embedder.count_tokens(m["content"])
+        for key in ("memories", "self_memories", "images")
+        for m in ext[key]
+    )
+    assert state == "write"
+    assert units == pytest.approx(
+        0.1 * q_tokens + 2 * (new_tokens - q_tokens) + ext_results, abs=1e-3
+    )
+    assert (await cached_search(client, longer))[0] == "hit"
+    assert (await cached_search(client, body))[0] == "write"  # the entry now holds the other query
+    # Other options are another cache slot; 1h bills 3x.
+    state, units, _ = await cached_search(
+        client, {**body, "max_results": 6, "cache_control": {"type": "ephemeral", "ttl": "1h"}}
+    )
+    assert state == "write" and units >= 3 * q_tokens
+    # Any write to the store invalidates at once.
+    assert (await cached_search(client, body))[0] == "hit"
+    await client.post("/api/v1/memories", json={"text": "Alice now drinks tea."}, headers=ADMIN)
+    assert (await cached_search(client, body))[0] == "write"
+
+
+async def test_without_cache_control_it_is_a_miss_billed_once(
+    client: Client, facts: list[str], embedder: SentenceTransformerEmbedder
+) -> None:
+    state, units, out = await cached_search(
+        client, {"user_id": "default", "query": "deploy pipeline", "max_results": 5}
+    )
+    results = sum(
+        embedder.count_tokens(m["content"])
+        for key in ("memories", "self_memories", "images")
+        for m in out[key]
+    )
+    assert state == "miss"
+    assert units == pytest.approx(embedder.count_tokens("deploy pipeline") + results, abs=1e-3)
+
+
+async def test_usage_reports_billed_units_per_day_and_endpoint(
+    client: Client, facts: list[str]
+) -> None:
+    total = 0.0
+    for query in ("alice", "bob", "office"):
+        _, units, _ = await cached_search(
+            client, {"user_id": "default", "query": query, "max_results": 5}
+        )
+        total += units
+    resp = await client.get("/api/v1/usage", headers=ADMIN)
+    assert resp.status == 200
+    [row] = (await resp.json())["data"]
+    assert (row["endpoint"], row["requests"]) == ("search", 3)
+    assert row["units"] == pytest.approx(total, abs=1e-3)
+    assert len(row["day"]) == 10
+    old = await client.get("/api/v1/usage?from=2020-01-01&to=2020-01-31", headers=ADMIN)
+    assert (await old.json())["data"] == []
+    bad = await client.get("/api/v1/usage?from=yesterday", headers=ADMIN)
+    assert bad.status == 400

@@ -8,9 +8,10 @@ models and what each may serve (403 naming the model), retrieval through
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta, timezone
 from typing import Any
 
 import msgspec
@@ -23,6 +24,7 @@ from service.jsonutil import iso, json_response, parse_time
 from service.middleware import principal_of
 from service.queries import memories as q
 from service.queries import search as sq
+from service.queries import usage
 from service.queries.search import Candidate, SearchFilters
 from service.state import MODEL, POOL
 
@@ -277,9 +279,81 @@ async def search(request: web.Request) -> web.Response:
         raise not_found(f"Speaker {req.speaker!r} is not registered in store {store.name!r}")
 
     slot = request.app[MODEL]
-    if slot.queries is None:
+    if slot.queries is None or slot.embedder is None:
         raise ApiError(503, "The embedding model is still loading; retry in a few seconds",
                        headers={"Retry-After": "5"})  # fmt: skip
+    embedder = slot.embedder
+    loop = asyncio.get_running_loop()
+    query_tokens = await loop.run_in_executor(None, embedder.count_tokens, req.query)
+
+    # The cache: one entry per (store, model, options); valid while the store is unchanged.
+    options = options_key(req)
+    entry = None
+    if req.cache is not None:
+        entry = await usage.cached(pool, principal.workspace_id, store.id, model.name, options)
+        if entry is not None and entry.store_version != store.version:
+            entry = None
+        if entry is not None and entry.query == req.query:
+            units = 0.1 * (query_tokens + entry.result_tokens)
+            await usage.record(pool, principal.workspace_id, "search", units)
+            request.app[TOUCHER].add(principal.workspace_id, entry.memory_ids)
+            return web.Response(
+                body=entry.response, content_type="application/json",
+                headers={"X-Cache": "hit", "X-Usage-Units": f"{units:.4f}"},
+            )  # fmt: skip
+
+    body, returned = await answer(request, model, req, store, principal)
+    encoded = msgspec.json.encode(body)
+    delivered = [
+        m["content"] for key in ("memories", "self_memories", "images") for m in body.get(key, [])
+    ]
+    result_tokens = sum(
+        await loop.run_in_executor(None, lambda: [embedder.count_tokens(t) for t in delivered])
+    )
+    if req.cache is None:
+        units, cache_header = query_tokens + result_tokens, "miss"
+    else:
+        rate = WRITE_RATE[req.cache]
+        cached_part = (
+            entry.query_tokens if entry is not None and req.query.startswith(entry.query) else 0
+        )
+        units = 0.1 * cached_part + rate * (query_tokens - cached_part) + result_tokens
+        cache_header = "write"
+        await usage.put_cached(
+            pool, principal.workspace_id, store.id, model.name, options,
+            usage.Cached(req.query, query_tokens, result_tokens, store.version, returned, encoded,
+                         datetime.now(UTC)),
+            TTL_S[req.cache],
+        )  # fmt: skip
+    await usage.record(pool, principal.workspace_id, "search", units)
+    if returned:
+        request.app[TOUCHER].add(principal.workspace_id, returned)
+    return web.Response(
+        body=encoded, content_type="application/json",
+        headers={"X-Cache": cache_header, "X-Usage-Units": f"{units:.4f}"},
+    )  # fmt: skip
+
+
+WRITE_RATE = {"5m": 2.0, "1h": 3.0}
+TTL_S = {"5m": 300.0, "1h": 3600.0}
+
+
+def options_key(req: SearchRequest) -> bytes:
+    """Every request option except the query and cache_control."""
+    options = {
+        "max_results": req.max_results, "speaker": req.speaker, "filters": req.filters,
+        "form": req.form, "tz": req.tz, "max_images": req.max_images, "verify": req.verify,
+    }  # fmt: skip
+    return hashlib.sha256(msgspec.json.encode(options, enc_hook=str)).digest()
+
+
+async def answer(
+    request: web.Request, model: Model, req: SearchRequest, store: q.Store, principal: Any
+) -> tuple[dict[str, Any], list[str]]:
+    """Retrieve and render; returns the body and the ids it returns."""
+    pool = request.app[POOL]
+    slot = request.app[MODEL]
+    assert slot.queries is not None
     query_vector = await slot.queries.encode(req.query)
     now = datetime.now(UTC)
     per_arm = max(60, 4 * req.max_results)
@@ -356,12 +430,7 @@ async def search(request: web.Request) -> web.Response:
         body["verify_used"] = verify_used
     if req.warnings:
         body["warnings"] = req.warnings
-    touched = [c.id for c in memories + self_memories + images]
-    if touched:
-        request.app[TOUCHER].add(principal.workspace_id, touched)
-    # Answers are not cached yet (issue 6): every answer is fresh, and says so.
-    headers = {"X-Cache": "miss"} if req.cache is not None else None
-    return json_response(body, headers=headers)
+    return body, [c.id for c in memories + self_memories + images]
 
 
 def feedback(
@@ -395,3 +464,37 @@ class Toucher:
 
 
 TOUCHER = web.AppKey("toucher", Toucher)
+
+
+async def get_usage(request: web.Request) -> web.Response:
+    """``GET /api/v1/usage?from=YYYY-MM-DD&to=YYYY-MM-DD``: billed units per day and endpoint."""
+    today = datetime.now(UTC).date()
+
+    def day(name: str, default: date) -> date:
+        raw = request.query.get(name)
+        if not raw:
+            return default
+        try:
+            return date.fromisoformat(raw)
+        except ValueError:
+            raise bad_request(
+                f"{name} must be a date like 2026-08-14, got {raw!r}", param=name
+            ) from None
+
+    start, end = day("from", today - timedelta(days=30)), day("to", today)
+    if start > end:
+        raise bad_request("from must not be after to")
+    found = await usage.days(request.app[POOL], principal_of(request).workspace_id, start, end)
+    return json_response(
+        {
+            "data": [
+                {
+                    "day": d.day.isoformat(),
+                    "endpoint": d.endpoint,
+                    "requests": d.requests,
+                    "units": round(d.units, 4),
+                }
+                for d in found
+            ]
+        }
+    )

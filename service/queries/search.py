@@ -27,6 +27,9 @@ from service.queries.keys import Principal
 
 # Below this many memories a store is scanned exactly.
 EXACT_BELOW = 20_000
+# BM25's corpus statistics come from at most this many rows of the store: exact for
+# small stores, an estimate (mean length from a sample, N at least this) for large ones.
+STATS_SAMPLE = 20_000
 
 # The shared WHERE clause: store, liveness, readability, filters.
 # $1 workspace, $2 store, $3 is_service, $4 member, $5 rooms, $6 categories, $7 tiers,
@@ -75,16 +78,39 @@ WITH vec AS (
     GROUP BY id
     ORDER BY max(sim) DESC
     LIMIT $23
+), terms AS (
+    SELECT DISTINCT lexeme
+    FROM unnest(tsvector_to_array(to_tsvector('english', $22::text))) AS lexeme
 ), tsq AS (
     -- NULL when the question has no lexemes: then the arm matches nothing.
     SELECT to_tsquery('english', nullif(array_to_string(array(
-        SELECT quote_literal(lexeme)
-        FROM unnest(tsvector_to_array(to_tsvector('english', $22::text))) AS lexeme
+        SELECT quote_literal(lexeme) FROM terms
     ), ' | '), '')) AS q
+), stats AS (
+    -- Store size and mean length for BM25, over at most $24 rows (exact for small stores).
+    SELECT greatest(count(*), 1)::float8 AS n, coalesce(avg(len), 1)::float8 AS avgdl
+    FROM (SELECT length(m.search_tsv) AS len FROM memories m WHERE {where} LIMIT $24) s
+), df AS (
+    SELECT t.lexeme, count(*)::float8 AS df
+    FROM terms t
+    JOIN memories m ON m.search_tsv @@ quote_literal(t.lexeme)::tsquery
+    WHERE {where}
+    GROUP BY t.lexeme
 ), fts AS (
-    SELECT m.id, ts_rank(m.search_tsv, tsq.q, 1) AS rank
-    FROM memories m, tsq
+    -- BM25 (k1 = 1.2, b = 0.75): rare words weigh more than a name said in every turn.
+    SELECT m.id,
+           sum(ln(1 + (greatest(s.n, df.df) - df.df + 0.5) / (df.df + 0.5))
+               * (x.tf * 2.2) / (x.tf + 1.2 * (0.25 + 0.75 * length(m.search_tsv) / s.avgdl)))
+           AS rank
+    FROM memories m
+    CROSS JOIN tsq
+    CROSS JOIN stats s
+    CROSS JOIN LATERAL (
+        SELECT u.lexeme, coalesce(cardinality(u.positions), 1) AS tf FROM unnest(m.search_tsv) u
+    ) x
+    JOIN df ON df.lexeme = x.lexeme
     WHERE {where} AND m.search_tsv @@ tsq.q
+    GROUP BY m.id
     ORDER BY rank DESC, m.id
     LIMIT $23
 ), ids AS (
@@ -183,7 +209,7 @@ async def candidates(
         filters.entities, filters.created_after, filters.created_before, filters.event_after,
         filters.event_before, filters.min_importance, filters.include_superseded, speaker,
         exclude or [], self_only, images, Vector(query_vector),
-        query_text if use_fts else "", per_arm,
+        query_text if use_fts else "", per_arm, STATS_SAMPLE,
     )  # fmt: skip
     return [Candidate(*r) for r in rows]
 

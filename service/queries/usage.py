@@ -1,0 +1,101 @@
+"""Billed usage per workspace, day and endpoint, and the search answer cache."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, datetime
+
+import asyncpg
+
+from service.queries import Conn
+
+RECORD = """
+INSERT INTO usage_daily AS u (workspace_id, day, endpoint, requests, units)
+VALUES ($1, (now() AT TIME ZONE 'UTC')::date, $2, 1, $3)
+ON CONFLICT (workspace_id, day, endpoint) DO UPDATE
+SET requests = u.requests + 1, units = u.units + EXCLUDED.units
+"""
+
+
+async def record(conn: Conn, workspace_id: str, endpoint: str, units: float) -> None:
+    await conn.execute(RECORD, workspace_id, endpoint, units)
+
+
+@dataclass(frozen=True)
+class Day:
+    day: date
+    endpoint: str
+    requests: int
+    units: float
+
+
+LIST = """
+SELECT day, endpoint, requests, units::float8 FROM usage_daily
+WHERE workspace_id = $1 AND day >= $2 AND day <= $3
+ORDER BY day, endpoint
+"""
+
+
+async def days(conn: Conn, workspace_id: str, start: date, end: date) -> list[Day]:
+    return [Day(*r) for r in await conn.fetch(LIST, workspace_id, start, end)]
+
+
+# --- the search cache ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cached:
+    query: str
+    query_tokens: int
+    result_tokens: int
+    store_version: int
+    memory_ids: list[str]
+    response: bytes
+    expires_at: datetime
+
+
+GET_CACHED = """
+SELECT query, query_tokens, result_tokens, store_version, memory_ids, response, expires_at
+FROM search_cache
+WHERE workspace_id = $1 AND store_id = $2 AND model = $3 AND options_sha256 = $4
+  AND expires_at > now()
+"""
+
+PUT_CACHED = """
+INSERT INTO search_cache AS c (workspace_id, store_id, model, options_sha256, query, query_tokens,
+                               result_tokens, store_version, memory_ids, response, expires_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now() + make_interval(secs => $11))
+ON CONFLICT (workspace_id, store_id, model, options_sha256) DO UPDATE
+SET query = EXCLUDED.query, query_tokens = EXCLUDED.query_tokens,
+    result_tokens = EXCLUDED.result_tokens, store_version = EXCLUDED.store_version,
+    memory_ids = EXCLUDED.memory_ids, response = EXCLUDED.response,
+    expires_at = EXCLUDED.expires_at, created_at = now()
+"""
+
+PRUNE = "DELETE FROM search_cache WHERE expires_at < now()"
+
+
+async def cached(
+    conn: Conn, workspace_id: str, store_id: str, model: str, options: bytes
+) -> Cached | None:
+    row = await conn.fetchrow(GET_CACHED, workspace_id, store_id, model, options)
+    return None if row is None else Cached(*row)
+
+
+async def put_cached(
+    conn: Conn,
+    workspace_id: str,
+    store_id: str,
+    model: str,
+    options: bytes,
+    entry: Cached,
+    ttl_s: float,
+) -> None:
+    await conn.execute(
+        PUT_CACHED, workspace_id, store_id, model, options, entry.query, entry.query_tokens,
+        entry.result_tokens, entry.store_version, entry.memory_ids, entry.response, ttl_s,
+    )  # fmt: skip
+
+
+async def prune(conn: asyncpg.Connection | asyncpg.Pool) -> None:
+    await conn.execute(PRUNE)
