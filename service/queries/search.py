@@ -15,6 +15,7 @@ pick the wrong path for a store.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -176,8 +177,20 @@ class Candidate:
     fts_rank: float | None
 
 
+# (workspace, store) -> (small?, monotonic time it was measured). A store's size class
+# changes slowly; counting up to EXACT_BELOW rows on every search would not be free.
+_SIZE_CLASS: dict[tuple[str, str], tuple[bool, float]] = {}
+SIZE_CLASS_TTL_S = 60.0
+
+
 async def store_is_small(conn: asyncpg.Connection, workspace_id: str, store_id: str) -> bool:
+    key = (workspace_id, store_id)
+    known = _SIZE_CLASS.get(key)
+    now = time.monotonic()
+    if known is not None and now - known[1] < SIZE_CLASS_TTL_S:
+        return known[0]
     count: int = await conn.fetchval(STORE_SIZE, workspace_id, store_id, EXACT_BELOW)
+    _SIZE_CLASS[key] = (count < EXACT_BELOW, now)
     return count < EXACT_BELOW
 
 
