@@ -106,7 +106,8 @@ async def test_failed_migration_rolls_back_and_is_not_recorded(
         with pytest.raises(migrations.MigrationError, match="9000_broken"):
             await migrations.migrate(conn, directory)
         assert await conn.fetchval("SELECT to_regclass('half')") is None
-        assert await conn.fetchval("SELECT max(version) FROM schema_migrations") == 1
+        shipped = max(m.version for m in migrations.load())
+        assert await conn.fetchval("SELECT max(version) FROM schema_migrations") == shipped
     finally:
         await conn.close()
 
@@ -133,9 +134,10 @@ async def test_two_runners_at_once_apply_each_file_once(empty_db_url: str, tmp_p
         await asyncio.sleep(0.3)
         second = asyncio.create_task(migrations.migrate(b, directory))
         done_first, done_second = await asyncio.gather(first, second)
-        assert done_first == ["0001_schema", "9000_slow"]
+        shipped = [m.name for m in migrations.load()]
+        assert done_first == [*shipped, "9000_slow"]
         assert done_second == []  # it waited for the lock, then found nothing to do
-        assert await a.fetchval("SELECT count(*) FROM schema_migrations") == 2
+        assert await a.fetchval("SELECT count(*) FROM schema_migrations") == len(shipped) + 1
     finally:
         await a.close()
         await b.close()
