@@ -142,6 +142,9 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--conversations", type=int, default=8)
     parser.add_argument("--quick", action="store_true", help="Tablet 2 only, no verify runs")
+    parser.add_argument(
+        "--verify-only", action="store_true", help="only verify vs plain; writes no results"
+    )
     args = parser.parse_args()
     turns = load_turns()
     stores = sorted({t.store for t in turns})[: args.conversations]
@@ -164,7 +167,11 @@ async def main() -> None:
                 results["ingest_s"] = round(time.perf_counter() - started, 1)
                 print(f"ingested {len(turns)} turns in {results['ingest_s']} s", flush=True)
 
-                models = ("Tablet 2",) if args.quick else ("Tablet 2", "Scroll 1.2", "Scroll 1.1")
+                models: tuple[str, ...] = ("Tablet 2", "Scroll 1.2", "Scroll 1.1")
+                if args.quick:
+                    models = ("Tablet 2",)
+                if args.verify_only:
+                    models = ()
                 for model in models:
                     rows = []
                     for q in queries:
@@ -203,6 +210,8 @@ async def main() -> None:
                 results["verify"] = verify
         finally:
             server.stop()
+    if args.verify_only:  # a tuning run: print, keep the committed results
+        return
     path = write_results("quality", results)
     (path.parent / "quality.md").write_text(render(results))
 
