@@ -40,6 +40,10 @@ class Embedder(Protocol):
 
     def count_tokens(self, text: str) -> int: ...
 
+    def count_tokens_many(self, texts: Sequence[str]) -> list[int]:
+        """Token counts of several texts in one tokenizer call."""
+        ...
+
 
 def document_text(text: str, speaker: str | None) -> str:
     """What gets embedded for a memory: the speaker's name leads what they said.

@@ -138,6 +138,13 @@ class SentenceTransformerEmbedder:
                 break
         return chunks
 
+    def count_tokens_many(self, texts: Sequence[str]) -> list[int]:
+        if not texts:
+            return []
+        with self._lock:
+            encoded = self._model.tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+        return [len(ids) for ids in encoded]
+
     def count_tokens(self, text: str) -> int:
         with self._lock:
             return len(self._model.tokenizer(text, add_special_tokens=False)["input_ids"])

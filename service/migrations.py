@@ -9,6 +9,7 @@ that knows versions this code does not (it is newer than the code).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from dataclasses import dataclass
@@ -66,7 +67,19 @@ def default_dir() -> Path:
 
 
 def load(directory: Path | None = None) -> list[Migration]:
-    directory = directory or default_dir()
+    """The migration files of ``directory``; the shipped ones are read once per process
+    (``/readyz`` compares them with the database on every probe)."""
+    if directory is None:
+        return list(_shipped())
+    return _read(directory)
+
+
+@functools.cache
+def _shipped() -> tuple[Migration, ...]:
+    return tuple(_read(default_dir()))
+
+
+def _read(directory: Path) -> list[Migration]:
     migrations: list[Migration] = []
     for path in sorted(directory.iterdir()):
         if path.suffix != ".sql":

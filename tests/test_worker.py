@@ -52,6 +52,9 @@ class Recording:
     def count_tokens(self, text: str) -> int:
         return self.inner.count_tokens(text)
 
+    def count_tokens_many(self, texts: Sequence[str]) -> list[int]:
+        return self.inner.count_tokens_many(texts)
+
 
 @pytest.fixture
 async def pool(db_url: str) -> AsyncIterator[asyncpg.Pool]:

@@ -307,9 +307,8 @@ async def search(request: web.Request) -> web.Response:
     delivered = [
         m["content"] for key in ("memories", "self_memories", "images") for m in body.get(key, [])
     ]
-    result_tokens = sum(
-        await loop.run_in_executor(None, lambda: [embedder.count_tokens(t) for t in delivered])
-    )
+    # One tokenizer call (and one turn at the model's lock) for all delivered results.
+    result_tokens = sum(await loop.run_in_executor(None, embedder.count_tokens_many, delivered))
     if req.cache is None:
         units, cache_header = query_tokens + result_tokens, "miss"
     else:
