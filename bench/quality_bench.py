@@ -205,8 +205,10 @@ async def main() -> None:
                     if k:
                         verify[str(k)]["plain"] = summarize(rows_p, (n,))
                     print(
-                        f"verify={k}", json.dumps(verify[str(k)]["verify"].get("1", {})), flush=True
-                    )
+                        f"verify={k}", json.dumps(verify[str(k)]["verify"].get("1", {})),
+                        "plain", json.dumps(verify[str(k)].get("plain", {}).get("1", {})),
+                        flush=True,
+                    )  # fmt: skip
                 results["verify"] = verify
         finally:
             server.stop()

@@ -11,6 +11,7 @@ by what is in its middle.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import threading
@@ -77,6 +78,10 @@ class SentenceTransformerEmbedder:
         # between threads ("Already borrowed"), and the worker and the query encoder
         # both call in from worker threads. On CPU, parallel calls would not be faster.
         self._lock = threading.Lock()
+        # Billing counts tokens with a tokenizer of its own, so a count never waits for a
+        # batch being encoded (it takes well under a millisecond: callers need no thread).
+        self._counter = copy.deepcopy(self._model.tokenizer)
+        self._count_lock = threading.Lock()
 
     def _encode(self, texts: Sequence[str]) -> Vectors:
         """Encode in length-sorted mini-batches, taking the model for one at a time.
@@ -141,10 +146,10 @@ class SentenceTransformerEmbedder:
     def count_tokens_many(self, texts: Sequence[str]) -> list[int]:
         if not texts:
             return []
-        with self._lock:
-            encoded = self._model.tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+        with self._count_lock:
+            encoded = self._counter(list(texts), add_special_tokens=False)["input_ids"]
         return [len(ids) for ids in encoded]
 
     def count_tokens(self, text: str) -> int:
-        with self._lock:
-            return len(self._model.tokenizer(text, add_special_tokens=False)["input_ids"])
+        with self._count_lock:
+            return len(self._counter(text, add_special_tokens=False)["input_ids"])

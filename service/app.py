@@ -19,10 +19,10 @@ from embeddings import Embedder
 from embeddings.worker import Worker, WorkerConfig
 from service import db
 from service.bootstrap import bootstrap, print_first_key
-from service.faces.search import TOUCHER, Toucher
+from service.faces.search import METER, TOUCHER, Toucher
 from service.metrics import Metrics
 from service.middleware import access_middleware, context_middleware
-from service.queries import idempotency, ratelimit, usage
+from service.queries import idempotency, ratelimit, search, usage
 from service.queries import memories as q
 from service.routes import ROUTES, Route
 from service.settings import Settings
@@ -31,7 +31,7 @@ from service.state import METRICS, MODEL, POOL, ROUTE_SPECS, SETTINGS, Model
 log = logging.getLogger("mneme.app")
 
 JANITOR_INTERVAL_S = 60.0
-TOUCH_BATCH_S = 0.5
+FLUSH_S = 0.5
 
 
 def load_embedder(settings: Settings) -> Embedder:
@@ -112,6 +112,7 @@ def create_app(
         await _cancel(task)
 
     app[TOUCHER] = Toucher()
+    app[METER] = usage.Meter()
     app.cleanup_ctx.extend([database, model, touch_returned])
     if settings.worker:
         app.cleanup_ctx.append(embedding_worker)
@@ -126,24 +127,28 @@ async def _cancel(task: asyncio.Task[None]) -> None:
 
 
 async def touch_returned(app: web.Application) -> AsyncIterator[None]:
-    """Stamp ``last_used_at`` on what searches returned: batched, off the response path."""
-    toucher = app[TOUCHER]
+    """Off the response path, in batches: ``last_used_at`` on what searches returned, and
+    the units they billed."""
+    toucher, meter = app[TOUCHER], app[METER]
 
     async def loop() -> None:
         while True:
             await toucher.wake.wait()
             toucher.wake.clear()
-            await asyncio.sleep(TOUCH_BATCH_S)  # gather a batch
+            await asyncio.sleep(FLUSH_S)  # gather a batch
             try:
+                await meter.flush(app[POOL])
                 await toucher.flush(app[POOL])
             except Exception:
-                log.exception("could not record last_used_at; will retry with the next batch")
+                log.exception("could not record usage or last_used_at; will retry")
+                toucher.wake.set()
 
     task = asyncio.create_task(loop(), name="mneme-touch")
     yield
     await _cancel(task)
-    with contextlib.suppress(Exception):
-        await toucher.flush(app[POOL])  # what is pending when stopping
+    with contextlib.suppress(Exception):  # what is pending when stopping
+        await meter.flush(app[POOL])
+        await toucher.flush(app[POOL])
 
 
 async def embedding_worker(app: web.Application) -> AsyncIterator[None]:
@@ -173,7 +178,8 @@ async def embedding_worker(app: web.Application) -> AsyncIterator[None]:
 
 
 async def janitor(app: web.Application) -> AsyncIterator[None]:
-    """Housekeeping: spent rate-limit windows, expired idempotency keys, retention."""
+    """Housekeeping: spent rate-limit windows, expired idempotency keys, search-statistics
+    deltas, retention."""
     settings = app[SETTINGS]
 
     async def retention() -> None:
@@ -201,6 +207,7 @@ async def janitor(app: web.Application) -> AsyncIterator[None]:
                     await ratelimit.prune(conn)
                     await idempotency.prune(conn)
                     await usage.prune(conn)
+                    await search.compact_stats(conn)
                 if since_retention >= settings.retention_interval_s:
                     since_retention = 0.0
                     await retention()

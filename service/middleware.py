@@ -32,6 +32,12 @@ access_log = logging.getLogger("mneme.access")
 
 PRINCIPAL = web.RequestKey("principal", Principal)
 REQUEST_ID = web.RequestKey("request_id", str)
+PHASES = web.RequestKey("phases", list)
+
+
+def phase(request: web.Request, name: str, seconds: float) -> None:
+    """Add a named span to the response's ``Server-Timing`` header (e.g. ``embed``)."""
+    request.setdefault(PHASES, []).append((name, seconds))
 
 
 def _from_http_exception(request: web.Request, exc: web.HTTPException) -> ApiError:
@@ -83,7 +89,11 @@ async def context_middleware(request: web.Request, handler: Handler) -> web.Stre
     response.headers["request-id"] = request_id
     # Time spent in the service (not the network): lets clients and benchmarks tell
     # server time from transport time.
-    response.headers["Server-Timing"] = f"app;dur={elapsed * 1000:.3f}"
+    # Handlers may add their phases (search: embed, sql); "app" is always first.
+    response.headers["Server-Timing"] = ", ".join(
+        f"{name};dur={seconds * 1000:.3f}"
+        for name, seconds in [("app", elapsed), *request.get(PHASES, [])]
+    )
 
     resource = request.match_info.route.resource
     route = resource.canonical if resource is not None else "unmatched"

@@ -9,7 +9,7 @@ recency of use, proof count (how often the fact was confirmed), and supersession
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from datetime import datetime
 
 from service.queries.search import Candidate
@@ -37,6 +37,13 @@ def rank(
     cands: Sequence[Candidate], *, fuse_text: bool, use_features: bool, now: datetime
 ) -> list[Candidate]:
     """Best first."""
+    return [c for c, _ in scored(cands, fuse_text=fuse_text, use_features=use_features, now=now)]
+
+
+def scored(
+    cands: Sequence[Candidate], *, fuse_text: bool, use_features: bool, now: datetime
+) -> list[tuple[Candidate, float]]:
+    """Best first, with the fused score."""
     vec = sorted((c for c in cands if c.in_vec), key=lambda c: (-(c.cosine or 0.0), c.id))
     txt = sorted(
         (c for c in cands if c.fts_rank is not None), key=lambda c: (-(c.fts_rank or 0.0), c.id)
@@ -55,4 +62,31 @@ def rank(
         return s
 
     pool = list(cands) if fuse_text else vec
-    return sorted(pool, key=lambda c: (-score(c), c.id))
+    return sorted(((c, score(c)) for c in pool), key=lambda cs: (-cs[1], cs[0].id))
+
+
+def spread(
+    ranked: Sequence[tuple[Candidate, float]],
+    covered: dict[Hashable, int],
+    key: Callable[[Candidate], Hashable],
+    limit: int,
+    weight: float,
+    cap: int = 1,
+) -> list[Candidate]:
+    """Pick ``limit`` candidates greedily by score x ``weight`` ** min(``cap``, n), n being
+    how many memories with the same ``key`` are already picked (or ``covered`` before).
+
+    A weight above 1 draws on the context of what was found (verify: the same days);
+    below 1 it spreads the picks over keys. ``covered`` is updated with the picks.
+    """
+    pool = list(ranked)
+    picked: list[Candidate] = []
+    while pool and len(picked) < limit:
+        best = max(
+            range(len(pool)),
+            key=lambda i: pool[i][1] * weight ** min(cap, covered.get(key(pool[i][0]), 0)),
+        )
+        c, _ = pool.pop(best)
+        picked.append(c)
+        covered[key(c)] = covered.get(key(c), 0) + 1
+    return picked

@@ -10,18 +10,19 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
+import time
+from collections.abc import Hashable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta, timezone
 from typing import Any
 
 import msgspec
-import numpy as np
 from aiohttp import web
 
 from service import ranking
 from service.errors import ApiError, bad_request, forbidden, not_found
 from service.jsonutil import iso, json_response, parse_time
-from service.middleware import principal_of
+from service.middleware import phase, principal_of
 from service.queries import memories as q
 from service.queries import search as sq
 from service.queries import usage
@@ -283,8 +284,7 @@ async def search(request: web.Request) -> web.Response:
         raise ApiError(503, "The embedding model is still loading; retry in a few seconds",
                        headers={"Retry-After": "5"})  # fmt: skip
     embedder = slot.embedder
-    loop = asyncio.get_running_loop()
-    query_tokens = await loop.run_in_executor(None, embedder.count_tokens, req.query)
+    query_tokens = embedder.count_tokens(req.query)
 
     # The cache: one entry per (store, model, options); valid while the store is unchanged.
     options = options_key(req)
@@ -295,7 +295,7 @@ async def search(request: web.Request) -> web.Response:
             entry = None
         if entry is not None and entry.query == req.query:
             units = 0.1 * (query_tokens + entry.result_tokens)
-            await usage.record(pool, principal.workspace_id, "search", units)
+            request.app[METER].add(principal.workspace_id, "search", units)
             request.app[TOUCHER].add(principal.workspace_id, entry.memory_ids)
             return web.Response(
                 body=entry.response, content_type="application/json",
@@ -307,8 +307,9 @@ async def search(request: web.Request) -> web.Response:
     delivered = [
         m["content"] for key in ("memories", "self_memories", "images") for m in body.get(key, [])
     ]
-    # One tokenizer call (and one turn at the model's lock) for all delivered results.
-    result_tokens = sum(await loop.run_in_executor(None, embedder.count_tokens_many, delivered))
+    # One tokenizer call for all delivered results (the counting tokenizer is the model's
+    # own, apart from the one encoding: no wait behind a batch, no thread hop).
+    result_tokens = sum(embedder.count_tokens_many(delivered))
     if req.cache is None:
         units, cache_header = query_tokens + result_tokens, "miss"
     else:
@@ -324,9 +325,9 @@ async def search(request: web.Request) -> web.Response:
                          datetime.now(UTC)),
             TTL_S[req.cache],
         )  # fmt: skip
-    await usage.record(pool, principal.workspace_id, "search", units)
-    if returned:
-        request.app[TOUCHER].add(principal.workspace_id, returned)
+    request.app[METER].add(principal.workspace_id, "search", units)
+    # Both are written off the response path; the toucher's wake also flushes the meter.
+    request.app[TOUCHER].add(principal.workspace_id, returned)
     return web.Response(
         body=encoded, content_type="application/json",
         headers={"X-Cache": cache_header, "X-Usage-Units": f"{units:.4f}"},
@@ -353,70 +354,65 @@ async def answer(
     pool = request.app[POOL]
     slot = request.app[MODEL]
     assert slot.queries is not None
+    started = time.perf_counter()
     query_vector = await slot.queries.encode(req.query)
+    phase(request, "embed", time.perf_counter() - started)
+    started = time.perf_counter()
     now = datetime.now(UTC)
     per_arm = max(60, 4 * req.max_results)
 
-    async with pool.acquire() as conn, conn.transaction(readonly=True):
-        exact = await sq.store_is_small(conn, principal.workspace_id, store.id)
+    async with pool.acquire() as conn:
+        stats = await sq.profile(conn, principal.workspace_id, store.id)
 
         async def retrieve(
-            vector: np.ndarray[Any, Any],
-            text: str,
-            exclude: list[str],
             *,
+            subset: str,
             self_only: bool | None,
             images: bool | None,
             speaker: str | None,
             filters: SearchFilters,
-            limit: int,
-        ) -> list[Candidate]:
+            depth: int = per_arm,
+        ) -> list[tuple[Candidate, float]]:
+            """The subset's candidates, ranked best first with their scores."""
+            if stats.size(subset) == 0:
+                return []  # nothing of that kind in the store: no need to ask
             found = await sq.candidates(
-                conn, principal, store.id, vector, text, filters, exact=exact, per_arm=per_arm,
-                speaker=speaker, exclude=exclude, self_only=self_only, images=images,
-                use_fts=model.fuse_text,
+                conn, principal, store.id, stats, query_vector, req.query, filters,
+                per_arm=depth, subset=subset, speaker=speaker, self_only=self_only,
+                images=images, use_fts=model.fuse_text,
             )  # fmt: skip
-            ranked = ranking.rank(
+            return ranking.scored(
                 found, fuse_text=model.fuse_text, use_features=model.features, now=now
             )
-            return ranked[:limit]
 
         self_mode = model.self_apart
         wants_self = req.speaker == "me" and self_mode
         memories: list[Candidate] = []
-        if not wants_self:
-            memories = await retrieve(
-                query_vector, req.query, [], self_only=False if self_mode else None,
-                images=False if model.images else None, speaker=req.speaker,
-                filters=req.filters, limit=req.max_results,
-            )  # fmt: skip
         verify_used = 0
-        if req.verify and not wants_self:
-            returned = [c.id for c in memories]
-            for _ in range(req.verify):
-                vector, text = feedback(query_vector, req.query, memories)
-                extra = await retrieve(
-                    vector, text, returned, self_only=False, images=False, speaker=req.speaker,
-                    filters=req.filters, limit=req.max_results,
-                )  # fmt: skip
-                if not extra:
-                    break
-                verify_used += 1
-                memories += extra
-                returned += [c.id for c in extra]
+        if not wants_self:
+            # verify's passes draw on one retrieval, a little deeper than a plain one.
+            depth = max(per_arm, VERIFY_DEPTH) if req.verify else per_arm
+            ranked = await retrieve(
+                subset="all", self_only=False if self_mode else None,
+                images=False if model.images else None, speaker=req.speaker,
+                filters=req.filters, depth=depth,
+            )  # fmt: skip
+            memories = [c for c, _ in ranked[: req.max_results]]
+            memories, verify_used = verify_passes(memories, ranked, req.max_results, req.verify)
         self_memories: list[Candidate] = []
         if self_mode:
-            self_memories = await retrieve(
-                query_vector, req.query, [], self_only=True, images=None, speaker=None,
-                filters=SearchFilters(), limit=req.max_results,
-            )  # fmt: skip
+            ranked = await retrieve(
+                subset="self", self_only=True, images=None, speaker=None, filters=SearchFilters()
+            )
+            self_memories = [c for c, _ in ranked[: req.max_results]]
         images: list[Candidate] = []
         if model.images and req.max_images:
-            images = await retrieve(
-                query_vector, req.query, [], self_only=None, images=True, speaker=None,
-                filters=req.filters, limit=req.max_images,
-            )  # fmt: skip
+            ranked = await retrieve(
+                subset="images", self_only=None, images=True, speaker=None, filters=req.filters
+            )
+            images = [c for c, _ in ranked[: req.max_images]]
 
+    phase(request, "retrieve", time.perf_counter() - started)
     strip = store.strip_temporal
     body: dict[str, Any] = {"memories": [render(c, req, strip) for c in memories]}
     if model.images:
@@ -432,17 +428,44 @@ async def answer(
     return body, [c.id for c in memories + self_memories + images]
 
 
-def feedback(
-    query_vector: np.ndarray[Any, Any], query: str, found: list[Candidate]
-) -> tuple[np.ndarray[Any, Any], str]:
-    """Relevance feedback for a verify pass: reach for what the found memories talk about.
+# verify (tuned on LoCoMo multi-hop, bench/results/quality.md): a candidate from a day the
+# answer already draws on counts this much more; candidates per arm (at least).
+VERIFY_SAME_DAY = 1.6
+VERIFY_DEPTH = 80
 
-    The full-text arm gets the question plus the found texts (their names, places and
-    topics), so it reaches memories that share words with the evidence rather than with
-    the question.
+
+def day_of(c: Candidate) -> Hashable:
+    return (c.event_date or c.created_at).astimezone(UTC).date()
+
+
+def verify_passes(
+    first: list[Candidate], ranked: list[tuple[Candidate, float]], per_pass: int, passes: int
+) -> tuple[list[Candidate], int]:
+    """verify: up to ``passes`` more passes of ``per_pass`` memories each.
+
+    A pass never repeats a memory already returned, and it reaches past plain rank
+    order into the context of what was found: a memory from a day (a session, for a
+    conversation) that the answer already draws on weighs ``VERIFY_SAME_DAY`` times its
+    score. Multi-hop questions are answered by several statements about one topic, and
+    they tend to sit in the same sessions as the first evidence found. The order of the
+    fused ranking is kept otherwise: what was returned is dropped after ranking, not
+    excluded before it (that would promote whatever followed it in one arm). Stops early
+    when a pass adds nothing; returns the memories and the passes that added some.
     """
-    text = " ".join([query, *(c.text[:500] for c in found[:5])])
-    return query_vector, text
+    returned = {c.id for c in first}
+    covered: dict[Hashable, int] = {}
+    for c in first:
+        covered[day_of(c)] = covered.get(day_of(c), 0) + 1
+    out, used = list(first), 0
+    for _ in range(passes):
+        fresh = [(c, score) for c, score in ranked if c.id not in returned]
+        extra = ranking.spread(fresh, covered, day_of, per_pass, VERIFY_SAME_DAY, cap=1)
+        if not extra:
+            break
+        used += 1
+        out += extra
+        returned.update(c.id for c in extra)
+    return out, used
 
 
 class Toucher:
@@ -459,10 +482,12 @@ class Toucher:
     async def flush(self, pool: Any) -> None:
         batch, self.pending = self.pending, {}
         for workspace_id, ids in batch.items():
-            await sq.touch(pool, workspace_id, sorted(ids))
+            if ids:
+                await sq.touch(pool, workspace_id, sorted(ids))
 
 
 TOUCHER = web.AppKey("toucher", Toucher)
+METER = web.AppKey("meter", usage.Meter)
 
 
 async def get_usage(request: web.Request) -> web.Response:
@@ -483,7 +508,9 @@ async def get_usage(request: web.Request) -> web.Response:
     start, end = day("from", today - timedelta(days=30)), day("to", today)
     if start > end:
         raise bad_request("from must not be after to")
-    found = await usage.days(request.app[POOL], principal_of(request).workspace_id, start, end)
+    pool = request.app[POOL]
+    await request.app[METER].flush(pool)  # this instance's pending units count too
+    found = await usage.days(pool, principal_of(request).workspace_id, start, end)
     return json_response(
         {
             "data": [

@@ -2,20 +2,21 @@
 
 Both arms run in one statement over one store, inside the caller's readability and the
 request's filters. The vector arm ranks memories by their best vector (the memory's own,
-or any chunk of a long text); the full-text arm ranks by ``ts_rank`` of an OR-query of
-the question's lexemes (a conversational question rarely has every word in one memory).
-Python fuses the two rank lists (``service.ranking``).
+or any chunk of a long text); the full-text arm ranks by BM25 over an OR-query of the
+question's lexemes (a conversational question rarely has every word in one memory),
+with the store's statistics (document count, mean length, each lexeme's document
+frequency) read from tables that triggers keep exact (0003_search_stats.sql). Python
+fuses the two rank lists (``service.ranking``).
 
 Small stores are searched exactly (every vector of the store is compared: at a few
 thousand rows that is faster than an index and never misses); large ones go through
-the HNSW indexes with pgvector 0.8's iterative scan, so a filtered search still returns
-enough rows. The two are separate static statements, so a cached generic plan cannot
-pick the wrong path for a store.
+the HNSW indexes with pgvector 0.8's iterative scan, falling back to the exact scan when
+a filtered scan brings too few rows. The variants are separate static statements, so a
+cached generic plan cannot pick the wrong path for a store.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -24,13 +25,11 @@ import numpy as np
 import numpy.typing as npt
 from pgvector import Vector
 
+from service.queries import Conn
 from service.queries.keys import Principal
 
-# Below this many memories a store is scanned exactly.
+# Below this many memories (in the part of the store searched) a store is scanned exactly.
 EXACT_BELOW = 20_000
-# BM25's corpus statistics come from at most this many rows of the store: exact for
-# small stores, an estimate (mean length from a sample, N at least this) for large ones.
-STATS_SAMPLE = 20_000
 
 # The shared WHERE clause: store, liveness, readability, filters.
 # $1 workspace, $2 store, $3 is_service, $4 member, $5 rooms, $6 categories, $7 tiers,
@@ -59,7 +58,8 @@ AND ($19::boolean IS NULL OR (m.speaker IS NOT DISTINCT FROM 'me') = $19::boolea
 AND ($20::boolean IS NULL OR (m.kind = 'image') = $20::boolean)
 """
 
-# $21 query vector, $22 query text, $23 candidates per arm
+# $21 query vector, $22 query text, $23 candidates per arm, $24 memories in the store,
+# $25 their mean length, $26 the full-text arm's posting budget (see MATCH_BUDGET).
 _SEARCH = """
 WITH vec AS (
     SELECT id, max(sim) AS sim FROM (
@@ -80,39 +80,45 @@ WITH vec AS (
     ORDER BY max(sim) DESC
     LIMIT $23
 ), terms AS (
-    SELECT DISTINCT lexeme
-    FROM unnest(tsvector_to_array(to_tsvector('english', $22::text))) AS lexeme
-), tsq AS (
-    -- NULL when the question has no lexemes: then the arm matches nothing.
-    SELECT to_tsquery('english', nullif(array_to_string(array(
-        SELECT quote_literal(lexeme) FROM terms
-    ), ' | '), '')) AS q
-), stats AS (
-    -- Store size and mean length for BM25, over at most $24 rows (exact for small stores).
-    SELECT greatest(count(*), 1)::float8 AS n, coalesce(avg(len), 1)::float8 AS avgdl
-    FROM (SELECT length(m.search_tsv) AS len FROM memories m WHERE {where} LIMIT $24) s
-), df AS (
-    SELECT t.lexeme, count(*)::float8 AS df
-    FROM terms t
-    JOIN memories m ON m.search_tsv @@ quote_literal(t.lexeme)::tsquery
-    WHERE {where}
+    -- The question's lexemes that occur in the store, with their document frequency.
+    SELECT t.lexeme, sum(t.df)::float8 AS df
+    FROM search_terms t
+    WHERE t.workspace_id = $1 AND t.store_id = $2
+      AND t.lexeme = ANY(tsvector_to_array(to_tsvector('english', $22::text)))
     GROUP BY t.lexeme
+    HAVING sum(t.df) > 0
+), tsq AS (
+    -- Memories are matched on the rarest lexemes whose postings fit the budget (always
+    -- the rarest one); common ones only add to the score of what matched. NULL when no
+    -- lexeme occurs in the store: then the arm matches nothing.
+    SELECT array_to_string(array(
+        SELECT quote_literal(lexeme) FROM (
+            SELECT lexeme, sum(df) OVER (ORDER BY df, lexeme) AS postings,
+                   row_number() OVER (ORDER BY df, lexeme) AS n
+            FROM terms
+        ) ranked
+        WHERE postings <= $26 OR n = 1
+    ), ' | ')::tsquery AS q
+    WHERE EXISTS (SELECT 1 FROM terms)
 ), fts AS (
     -- BM25 (k1 = 1.2, b = 0.75): rare words weigh more than a name said in every turn.
-    SELECT m.id,
-           sum(ln(1 + (greatest(s.n, df.df) - df.df + 0.5) / (df.df + 0.5))
-               * (x.tf * 2.2) / (x.tf + 1.2 * (0.25 + 0.75 * length(m.search_tsv) / s.avgdl)))
-           AS rank
-    FROM memories m
-    CROSS JOIN tsq
-    CROSS JOIN stats s
+    -- Scored row by row (LATERAL), after the match: each matched memory is read once.
+    SELECT m.id, score.rank
+    FROM tsq
+    JOIN memories m ON {match}
     CROSS JOIN LATERAL (
-        SELECT u.lexeme, coalesce(cardinality(u.positions), 1) AS tf FROM unnest(m.search_tsv) u
-    ) x
-    JOIN df ON df.lexeme = x.lexeme
-    WHERE {where} AND m.search_tsv @@ tsq.q
-    GROUP BY m.id
-    ORDER BY rank DESC, m.id
+        SELECT sum(ln(1 + (greatest($24::float8, t.df) - t.df + 0.5) / (t.df + 0.5))
+                   * (x.tf * 2.2)
+                   / (x.tf + 1.2 * (0.25 + 0.75 * length(m.search_tsv) / $25::float8)))
+               AS rank
+        FROM (
+            SELECT u.lexeme, coalesce(cardinality(u.positions), 1) AS tf
+            FROM unnest(m.search_tsv) u
+        ) x
+        JOIN terms t ON t.lexeme = x.lexeme
+    ) score
+    WHERE {where}
+    ORDER BY score.rank DESC, m.id
     LIMIT $23
 ), ids AS (
     SELECT id FROM vec UNION SELECT id FROM fts
@@ -128,20 +134,68 @@ LEFT JOIN vec ON vec.id = ids.id
 LEFT JOIN fts ON fts.id = ids.id
 """
 
+# What part of the store a retrieval searches. "self" and "images" are spelled out as
+# literals so the partial indexes memories_self and memories_images serve them.
+SUBSETS = {
+    "all": "",
+    "self": " AND m.speaker = 'me'",
+    "images": " AND m.kind = 'image'",
+}
 
-def _statement(exact: bool) -> str:
-    # "+ 0" makes the sort key an expression the HNSW index cannot serve: an exact scan.
-    return _SEARCH.format(where=_WHERE, exact="+ 0" if exact else "")
+
+def _statement(exact: bool, subset: str) -> str:
+    where = _WHERE + SUBSETS[subset]
+    return _SEARCH.format(
+        where=where,
+        # "+ 0" makes the sort key an expression the HNSW index cannot serve: an exact scan.
+        exact="+ 0" if exact else "",
+        # The function form keeps the full-text match off the (table-wide) GIN index: a
+        # small store's own rows are fewer than the index's postings for a common word.
+        match="ts_match_vq(m.search_tsv, tsq.q)" if exact else "m.search_tsv @@ tsq.q",
+    )
 
 
-SEARCH_EXACT = _statement(exact=True)
-SEARCH_ANN = _statement(exact=False)
+STATEMENTS = {
+    (exact, subset): _statement(exact, subset) for exact in (True, False) for subset in SUBSETS
+}
+SEARCH_EXACT = STATEMENTS[True, "all"]
+SEARCH_ANN = STATEMENTS[False, "all"]
 
-STORE_SIZE = """
-SELECT count(*) FROM (
-    SELECT 1 FROM memories WHERE workspace_id = $1 AND store_id = $2 LIMIT $3
-) s
+# The full-text arm of a large store matches memories on its rarest query words until
+# their document frequencies add up to this many (see the tsq step); a small store's
+# arm matches every query word.
+MATCH_BUDGET = 1_500
+UNBOUNDED = 2**62
+
+PROFILE = """
+SELECT coalesce(sum(docs), 0)::bigint, coalesce(sum(length), 0)::bigint,
+       coalesce(sum(self_docs), 0)::bigint, coalesce(sum(image_docs), 0)::bigint
+FROM search_store_stats
+WHERE workspace_id = $1 AND store_id = $2
 """
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A store's search statistics (exact: kept by triggers, see 0003_search_stats.sql)."""
+
+    docs: int
+    length: int
+    self_docs: int
+    image_docs: int
+
+    @property
+    def avgdl(self) -> float:
+        return max(1.0, self.length / max(1, self.docs))
+
+    def size(self, subset: str) -> int:
+        return {"all": self.docs, "self": self.self_docs, "images": self.image_docs}[subset]
+
+
+async def profile(conn: Conn, workspace_id: str, store_id: str) -> Profile:
+    row = await conn.fetchrow(PROFILE, workspace_id, store_id)
+    assert row is not None
+    return Profile(*row)
 
 
 @dataclass(frozen=True)
@@ -177,54 +231,50 @@ class Candidate:
     fts_rank: float | None
 
 
-# (workspace, store) -> (small?, monotonic time it was measured). A store's size class
-# changes slowly; counting up to EXACT_BELOW rows on every search would not be free.
-_SIZE_CLASS: dict[tuple[str, str], tuple[bool, float]] = {}
-SIZE_CLASS_TTL_S = 60.0
-
-
-async def store_is_small(conn: asyncpg.Connection, workspace_id: str, store_id: str) -> bool:
-    key = (workspace_id, store_id)
-    known = _SIZE_CLASS.get(key)
-    now = time.monotonic()
-    if known is not None and now - known[1] < SIZE_CLASS_TTL_S:
-        return known[0]
-    count: int = await conn.fetchval(STORE_SIZE, workspace_id, store_id, EXACT_BELOW)
-    _SIZE_CLASS[key] = (count < EXACT_BELOW, now)
-    return count < EXACT_BELOW
-
-
 async def candidates(
     conn: asyncpg.Connection,
     principal: Principal,
     store_id: str,
+    stats: Profile,
     query_vector: npt.NDArray[np.float32],
     query_text: str,
     filters: SearchFilters,
     *,
-    exact: bool,
     per_arm: int,
+    subset: str = "all",
     speaker: str | None = None,
     exclude: list[str] | None = None,
     self_only: bool | None = None,
     images: bool | None = None,
     use_fts: bool = True,
+    exact: bool | None = None,
 ) -> list[Candidate]:
-    """Both arms' candidates (unordered), for one store."""
-    if not exact:
-        # Filtered HNSW scans keep going until enough rows pass the filters.
-        await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-        await conn.execute(f"SET LOCAL hnsw.ef_search = {max(40, per_arm)}")
-    rows = await conn.fetch(
-        SEARCH_EXACT if exact else SEARCH_ANN,
+    """Both arms' candidates (unordered), for one store.
+
+    Fewer than ``EXACT_BELOW`` memories in the searched part of the store: an exact scan
+    (at that size faster than the index, and it never misses). More: the HNSW index with
+    pgvector's iterative scan (settings in ``service.db``); if that still brings fewer
+    vector candidates than asked for (a filter that passes few rows, the scan's tuple
+    limit), the exact scan answers instead, so a filtered search never silently loses
+    results.
+    """
+    if exact is None:
+        exact = stats.size(subset) < EXACT_BELOW
+    args = (
         principal.workspace_id, store_id, principal.is_service, principal.member,
         principal.rooms, filters.categories, filters.tiers, filters.fact_types, filters.scopes,
         filters.entities, filters.created_after, filters.created_before, filters.event_after,
         filters.event_before, filters.min_importance, filters.include_superseded, speaker,
         exclude or [], self_only, images, Vector(query_vector),
-        query_text if use_fts else "", per_arm, STATS_SAMPLE,
+        query_text if use_fts else "", per_arm, float(stats.docs), stats.avgdl,
     )  # fmt: skip
-    return [Candidate(*r) for r in rows]
+    budget = UNBOUNDED if exact else MATCH_BUDGET
+    rows = await conn.fetch(STATEMENTS[exact, subset], *args, budget)
+    found = [Candidate(*r) for r in rows]
+    if not exact and sum(c.in_vec for c in found) < per_arm:
+        rows = await conn.fetch(STATEMENTS[True, subset], *args, UNBOUNDED)
+        found = [Candidate(*r) for r in rows]
+    return found
 
 
 TOUCH = """
@@ -236,3 +286,45 @@ WHERE workspace_id = $1 AND id = ANY($2::text[]) AND last_used_at < now()
 async def touch(conn: asyncpg.Connection | asyncpg.Pool, workspace_id: str, ids: list[str]) -> None:
     """``last_used_at = now()`` for memories a search returned."""
     await conn.execute(TOUCH, workspace_id, ids)
+
+
+# --- keeping the statistics small ---------------------------------------------------------
+
+FRESH_STORES = """
+SELECT workspace_id, store_id FROM search_terms WHERE NOT compacted
+UNION
+SELECT workspace_id, store_id FROM search_store_stats WHERE NOT compacted
+LIMIT $1
+"""
+
+# Folds a store's deltas into one row per lexeme (and one stats row). Rows a concurrent
+# write inserts meanwhile are not seen by the DELETE and stay as they are; a deleted
+# store's deltas sum to zero and disappear.
+COMPACT_TERMS = """
+WITH gone AS (
+    DELETE FROM search_terms WHERE workspace_id = $1 AND store_id = $2 RETURNING lexeme, df
+)
+INSERT INTO search_terms (workspace_id, store_id, lexeme, df, compacted)
+SELECT $1, $2, lexeme, sum(df), true FROM gone GROUP BY lexeme HAVING sum(df) <> 0
+"""
+
+COMPACT_STORE_STATS = """
+WITH gone AS (
+    DELETE FROM search_store_stats WHERE workspace_id = $1 AND store_id = $2
+    RETURNING docs, length, self_docs, image_docs
+)
+INSERT INTO search_store_stats
+    (workspace_id, store_id, docs, length, self_docs, image_docs, compacted)
+SELECT $1, $2, sum(docs), sum(length), sum(self_docs), sum(image_docs), true FROM gone
+HAVING sum(docs) <> 0 OR sum(length) <> 0
+"""
+
+
+async def compact_stats(conn: asyncpg.Connection, stores: int = 100) -> int:
+    """Fold the statistics deltas of up to ``stores`` stores; returns how many."""
+    fresh = await conn.fetch(FRESH_STORES, stores)
+    for workspace_id, store_id in fresh:
+        async with conn.transaction():
+            await conn.execute(COMPACT_TERMS, workspace_id, store_id)
+            await conn.execute(COMPACT_STORE_STATS, workspace_id, store_id)
+    return len(fresh)
