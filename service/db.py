@@ -64,21 +64,29 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
     # The vector type exists only after the first migration, so this runs after it.
     await register_vector(conn)
     await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads, schema="pg_catalog")
-    # Search's HNSW scans (service.queries.search): filtered scans keep going until enough
-    # rows pass the filters; ef_search covers the largest candidate list (4 x 20).
-    # Every statement is planned for its parameters: a generic plan, which PostgreSQL
-    # would switch to after five runs of a prepared statement, cannot know whether a
-    # store holds 1,000 memories or 200,000 and sorts a big store's rows instead of
-    # walking the HNSW index (measured: 10 ms -> 90 ms at 100k memories).
-    await conn.execute(
-        "SET hnsw.iterative_scan = relaxed_order; SET hnsw.ef_search = 100; "
-        "SET hnsw.max_scan_tuples = 40000; SET plan_cache_mode = force_custom_plan"
-    )
+
+
+# Session defaults of every pooled connection, sent at connection start-up: a pool resets
+# each connection it takes back with RESET ALL, which returns to these (a SET at init
+# would be undone after the first release).
+# - Search's HNSW scans (service.queries.search): filtered scans keep going until enough
+#   rows pass the filters; ef_search covers the largest candidate list (4 x 20).
+# - Every statement is planned for its parameters: a generic plan, which PostgreSQL would
+#   switch to after five runs of a prepared statement, cannot know whether a store holds
+#   1,000 memories or 200,000 and sorts a big store's rows instead of walking the HNSW
+#   index (measured: 10 ms -> 90 ms at 100k memories).
+SERVER_SETTINGS = {
+    "hnsw.iterative_scan": "relaxed_order",
+    "hnsw.ef_search": "100",
+    "hnsw.max_scan_tuples": "40000",
+    "plan_cache_mode": "force_custom_plan",
+}
 
 
 async def create_pool(url: str, settings: Settings) -> asyncpg.Pool:
     pool: asyncpg.Pool = await asyncpg.create_pool(
         url,
+        server_settings=SERVER_SETTINGS,
         min_size=settings.pool_min,
         max_size=settings.pool_max,
         init=_init_connection,

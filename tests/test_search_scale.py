@@ -260,3 +260,16 @@ async def test_search_reports_its_phases_in_server_timing(client: Client) -> Non
     assert resp.status == 200
     names = [part.split(";")[0].strip() for part in resp.headers["Server-Timing"].split(",")]
     assert names == ["app", "embed", "retrieve"]
+
+
+async def test_pooled_connections_keep_the_search_settings_after_a_release(db_url: str) -> None:
+    """The pool resets a connection it takes back (RESET ALL); the settings survive."""
+    pool = await db.create_pool(db_url, _settings(db_url))
+    try:
+        for _ in range(3):  # one connection, taken and given back
+            async with pool.acquire() as conn:
+                await conn.execute("SELECT '[1,2,3]'::vector")  # the extension is loaded
+                for name, value in db.SERVER_SETTINGS.items():
+                    assert await conn.fetchval(f"SHOW {name}") == value
+    finally:
+        await pool.close()
