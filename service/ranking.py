@@ -33,13 +33,6 @@ def features(c: Candidate, now: datetime) -> float:
     return importance * proof * superseded * recency
 
 
-def rank(
-    cands: Sequence[Candidate], *, fuse_text: bool, use_features: bool, now: datetime
-) -> list[Candidate]:
-    """Best first."""
-    return [c for c, _ in scored(cands, fuse_text=fuse_text, use_features=use_features, now=now)]
-
-
 def scored(
     cands: Sequence[Candidate], *, fuse_text: bool, use_features: bool, now: datetime
 ) -> list[tuple[Candidate, float]]:

@@ -35,7 +35,7 @@ EXACT_BELOW = 20_000
 # $1 workspace, $2 store, $3 is_service, $4 member, $5 rooms, $6 categories, $7 tiers,
 # $8 fact types, $9 scopes, $10 entities, $11 created_after, $12 created_before,
 # $13 event_after, $14 event_before, $15 min_importance, $16 include_superseded,
-# $17 speaker: NULL any, '' untagged excluded... see SPEAKER below, $18 exclude ids,
+# $17 speaker: NULL any; $18 ids to leave out (none today: verify drops returned ids after ranking),
 # $19 self: true = only speaker 'me', false = everything but 'me', NULL = all,
 # $20 images: true = only image memories, false = no image memories, NULL = all.
 _WHERE = """
@@ -158,7 +158,6 @@ def _statement(exact: bool, subset: str) -> str:
 STATEMENTS = {
     (exact, subset): _statement(exact, subset) for exact in (True, False) for subset in SUBSETS
 }
-SEARCH_EXACT = STATEMENTS[True, "all"]
 SEARCH_ANN = STATEMENTS[False, "all"]
 
 # The full-text arm of a large store matches memories on its rarest query words until
@@ -243,7 +242,6 @@ async def candidates(
     per_arm: int,
     subset: str = "all",
     speaker: str | None = None,
-    exclude: list[str] | None = None,
     self_only: bool | None = None,
     images: bool | None = None,
     use_fts: bool = True,
@@ -260,12 +258,12 @@ async def candidates(
     """
     if exact is None:
         exact = stats.size(subset) < EXACT_BELOW
-    args = (
+    args: tuple[object, ...] = (
         principal.workspace_id, store_id, principal.is_service, principal.member,
         principal.rooms, filters.categories, filters.tiers, filters.fact_types, filters.scopes,
         filters.entities, filters.created_after, filters.created_before, filters.event_after,
         filters.event_before, filters.min_importance, filters.include_superseded, speaker,
-        exclude or [], self_only, images, Vector(query_vector),
+        [], self_only, images, Vector(query_vector),
         query_text if use_fts else "", per_arm, float(stats.docs), stats.avgdl,
     )  # fmt: skip
     budget = UNBOUNDED if exact else MATCH_BUDGET

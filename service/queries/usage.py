@@ -9,14 +9,6 @@ import asyncpg
 
 from service.queries import Conn
 
-RECORD = """
-INSERT INTO usage_daily AS u (workspace_id, day, endpoint, requests, units)
-VALUES ($1, (now() AT TIME ZONE 'UTC')::date, $2, 1, $3)
-ON CONFLICT (workspace_id, day, endpoint) DO UPDATE
-SET requests = u.requests + 1, units = u.units + EXCLUDED.units
-"""
-
-
 RECORD_MANY = """
 INSERT INTO usage_daily AS u (workspace_id, day, endpoint, requests, units)
 SELECT w, (now() AT TIME ZONE 'UTC')::date, e, r, n
@@ -25,10 +17,6 @@ ORDER BY w, e
 ON CONFLICT (workspace_id, day, endpoint) DO UPDATE
 SET requests = u.requests + EXCLUDED.requests, units = u.units + EXCLUDED.units
 """
-
-
-async def record(conn: Conn, workspace_id: str, endpoint: str, units: float) -> None:
-    await conn.execute(RECORD, workspace_id, endpoint, units)
 
 
 class Meter:
