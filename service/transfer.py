@@ -25,11 +25,11 @@ from service.queries.keys import Principal
 
 BATCH = 500
 
-EXPORT = """
+EXPORT = f"""
 SELECT m.text, m.scope, m.tier, m.fact_type, m.status, m.provider, m.provider_ref,
        m.entity_refs, m.proof_count, m.category, m.importance, m.speaker, m.event_date,
-       m.path, m.metadata, m.expires_at, m.transitory, m.first_seen_at, m.last_used_at,
-       m.media, m.media_type
+       m.path, m.metadata, m.expires_at, m.transitory, m.first_seen_at,
+       {q.LAST_USED_AT} AS last_used_at, m.media, m.media_type
 FROM memories m
 WHERE m.workspace_id = $1 AND m.store_id = $2 AND (m.status <> 'deleted' OR $3)
 ORDER BY m.created_at, m.id

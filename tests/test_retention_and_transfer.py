@@ -48,6 +48,15 @@ async def test_retention_archives_expired_and_idle_transitory_memories(
         },
     )
     fresh = await write(client, {"text": "fresh remark", "transitory": True})
+    old_but_used = await write(
+        client,
+        {"text": "old remark a search returned today", "transitory": True,
+         "lastUsedAt": "2020-01-01T00:00:00Z", "firstSeenAt": "2020-01-01T00:00:00Z"},
+    )  # fmt: skip
+    await conn.execute(  # as a search's stamp records it
+        "INSERT INTO memory_uses SELECT workspace_id, id, now() FROM memories WHERE id = $1",
+        old_but_used["id"],
+    )
     lasting = await write(client, {"text": "lasting fact", "firstSeenAt": "2020-01-01T00:00:00Z"})
 
     async with conn.transaction():
@@ -56,6 +65,7 @@ async def test_retention_archives_expired_and_idle_transitory_memories(
     status = {r["id"]: r["status"] for r in await conn.fetch("SELECT id, status FROM memories")}
     assert status[expired["id"]] == status[idle["id"]] == "archived"
     assert status[future["id"]] == status[fresh["id"]] == status[lasting["id"]] == "active"
+    assert status[old_but_used["id"]] == "active"
     # Archived is recoverable.
     resp = await client.patch(
         f"/api/v1/memories/{idle['id']}", json={"status": "active"}, headers=ADMIN

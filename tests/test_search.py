@@ -11,6 +11,7 @@ import pytest
 from embeddings.model import SentenceTransformerEmbedder
 from embeddings.worker import Worker
 from service import db
+from service.queries.memories import LAST_USED_AT
 from service.settings import Settings
 from tests.helpers import ADMIN, Client, auth, make_key
 
@@ -358,7 +359,9 @@ async def test_returned_memories_get_last_used_now(
     for _ in range(30):
         touched = {
             r["id"]
-            for r in await conn.fetch("SELECT id FROM memories WHERE last_used_at > '2021-01-01'")
+            for r in await conn.fetch(
+                f"SELECT id FROM memories m WHERE {LAST_USED_AT} > '2021-01-01'"
+            )
         }
         if touched:
             break

@@ -344,3 +344,44 @@ async def test_a_memory_row_keeps_its_text_and_vector_together(
     )
     assert size > 2100  # past the 2 kB where PostgreSQL would start moving values out
     assert toast == 0
+
+
+async def test_a_search_stamps_last_used_without_rewriting_the_memory(
+    client: Client, conn: asyncpg.Connection
+) -> None:
+    """The stamp goes to memory_uses (0005): the memory's wide row, and so its vector's
+    HNSW entry, is left as it was. A writer's own lastUsedAt is still what is read back,
+    and deleting a memory takes its stamp with it."""
+    import asyncio
+
+    body = {"text": "The lighthouse keeper feeds the gulls", "providerRef": "lh-1"}
+    m = await post(client, "/api/v1/memories", body)
+    url = f"/api/v1/memories/{m['id']}"
+    version = await conn.fetchval("SELECT (ctid, xmin)::text FROM memories WHERE id = $1", m["id"])
+    resp = await client.post(
+        "/api/v1/memory/search", json={"user_id": "default", "query": "lighthouse"}, headers=ADMIN
+    )
+    assert m["id"] in {r["id"] for r in (await resp.json())["memories"]}
+    for _ in range(50):  # stamped off the response path
+        got = await (await client.get(url, headers=ADMIN)).json()
+        if got["lastUsedAt"] != m["lastUsedAt"]:
+            break
+        await asyncio.sleep(0.1)
+    assert got["lastUsedAt"] > m["lastUsedAt"]
+    assert await conn.fetchval(
+        "SELECT (ctid, xmin)::text FROM memories WHERE id = $1", m["id"]
+    ) == version  # fmt: skip
+
+    synced = await post(
+        client, "/api/v1/memories", {**body, "lastUsedAt": "2025-01-01T00:00:00Z"}, status=200
+    )  # a sync's upsert
+    assert synced["lastUsedAt"] == "2025-01-01T00:00:00.000Z"
+    got = await (await client.get(url, headers=ADMIN)).json()
+    assert got["lastUsedAt"] == "2025-01-01T00:00:00.000Z"
+
+    await conn.execute(
+        "INSERT INTO memory_uses SELECT workspace_id, id, now() FROM memories WHERE id = $1",
+        m["id"],
+    )
+    await conn.execute("DELETE FROM memories WHERE id = $1", m["id"])
+    assert await conn.fetchval("SELECT count(*) FROM memory_uses") == 0

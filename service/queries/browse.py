@@ -17,6 +17,7 @@ from datetime import datetime
 
 from service.queries import Conn
 from service.queries.keys import Principal
+from service.queries.memories import LAST_USED_AT
 
 _WINDOW = """
 SELECT m.id, m.created_at, m.last_used_at, m.scope, m.tier, m.fact_type, m.status,
@@ -24,8 +25,9 @@ SELECT m.id, m.created_at, m.last_used_at, m.scope, m.tier, m.fact_type, m.statu
        f.passes, f.observation,
        CASE WHEN f.passes AND NOT f.observation THEN m.text END AS text
 FROM (
-    SELECT m.id, m.created_at, m.last_used_at, m.scope, m.tier, m.fact_type, m.status,
-           m.provider, m.provider_ref, m.entity_refs, m.proof_count, m.first_seen_at, m.text
+    SELECT m.id, m.created_at, {last_used_at} AS last_used_at, m.scope, m.tier, m.fact_type,
+           m.status, m.provider, m.provider_ref, m.entity_refs, m.proof_count, m.first_seen_at,
+           m.text
     FROM memories m
     WHERE m.workspace_id = $1
       {store}
@@ -52,8 +54,8 @@ CROSS JOIN LATERAL (
 ORDER BY m.created_at DESC, m.id DESC
 """
 
-WINDOW = _WINDOW.format(store="")
-WINDOW_IN_STORE = _WINDOW.format(store="AND m.store_id = $16")
+WINDOW = _WINDOW.format(store="", last_used_at=LAST_USED_AT)
+WINDOW_IN_STORE = _WINDOW.format(store="AND m.store_id = $16", last_used_at=LAST_USED_AT)
 
 FIRST_PAGE = (datetime.fromisoformat("9999-12-31T23:59:59+00:00"), "")
 

@@ -75,12 +75,19 @@ class Version:
     created_at: datetime
 
 
-MEMORY_COLUMNS = """
+# A memory's last_used_at, for a row ``m`` of memories: the later of its own column (set
+# at creation or by a write) and the last time a search returned it (memory_uses, kept
+# apart so that stamping it does not rewrite the memory's wide row: 0005_memory_uses.sql).
+LAST_USED_AT = """greatest(m.last_used_at, (
+    SELECT u.last_used_at FROM memory_uses u
+    WHERE u.workspace_id = m.workspace_id AND u.memory_id = m.id))"""
+
+MEMORY_COLUMNS = f"""
 m.id, m.store_id, m.kind, m.text, m.media_type, m.scope, m.tier, m.fact_type, m.status,
 m.provider, m.provider_ref, m.entity_refs, m.proof_count, m.category, m.importance,
 m.speaker, m.event_date, m.superseded_by, m.path, m.metadata, m.content_sha256,
-m.content_size_bytes, m.expires_at, m.transitory, m.first_seen_at, m.last_used_at,
-m.created_at, m.updated_at, m.embedding_status
+m.content_size_bytes, m.expires_at, m.transitory, m.first_seen_at,
+{LAST_USED_AT} AS last_used_at, m.created_at, m.updated_at, m.embedding_status
 """
 
 # The columns a write may set, by name; updates are built only from these constants.
@@ -334,10 +341,14 @@ async def update(
         f"UPDATE memories AS m SET {', '.join(sets)} "
         f"WHERE m.workspace_id = $1 AND m.id = $2 RETURNING {MEMORY_COLUMNS}"
     )
+    if "last_used_at" in changes:  # a value given by the writer is the one read back
+        await conn.execute(FORGET_USES, workspace_id, memory_id)
     row = await conn.fetchrow(sql, workspace_id, memory_id, *(changes[c] for c in columns))
     assert row is not None
     return _memory(row)
 
+
+FORGET_USES = "DELETE FROM memory_uses WHERE workspace_id = $1 AND memory_id = $2"
 
 BUMP_PROOF = f"""
 UPDATE memories AS m SET proof_count = coalesce(m.proof_count, 1) + 1, updated_at = now()
@@ -419,13 +430,13 @@ async def list_versions(conn: Conn, workspace_id: str, memory_id: str) -> list[V
 
 ARCHIVE_DUE = f"""
 WITH due AS (
-    SELECT workspace_id, id FROM memories
-    WHERE status = 'active'
-      AND ((expires_at IS NOT NULL AND expires_at <= now())
-           OR (transitory AND last_used_at < now() - make_interval(secs => $1)))
-    ORDER BY workspace_id, id
+    SELECT m.workspace_id, m.id FROM memories m
+    WHERE m.status = 'active'
+      AND ((m.expires_at IS NOT NULL AND m.expires_at <= now())
+           OR (m.transitory AND {LAST_USED_AT} < now() - make_interval(secs => $1)))
+    ORDER BY m.workspace_id, m.id
     LIMIT $2
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF m SKIP LOCKED
 )
 UPDATE memories m SET status = 'archived', updated_at = now()
 FROM due WHERE m.workspace_id = due.workspace_id AND m.id = due.id

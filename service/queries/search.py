@@ -27,6 +27,7 @@ from pgvector import Vector
 
 from service.queries import Conn
 from service.queries.keys import Principal
+from service.queries.memories import LAST_USED_AT
 
 # Below this many memories (in the part of the store searched) a store is scanned exactly.
 EXACT_BELOW = 20_000
@@ -128,7 +129,7 @@ WITH vec AS (
     SELECT id FROM vec UNION SELECT id FROM fts
 )
 SELECT m.id, m.text, m.kind, m.category, m.importance, m.proof_count, m.speaker,
-       m.superseded_by, m.event_date, m.created_at, m.last_used_at,
+       m.superseded_by, m.event_date, m.created_at, {last_used_at} AS last_used_at,
        coalesce(vec.sim, CASE WHEN m.embedding IS NULL THEN NULL
                               ELSE 1 - (m.embedding <=> $21::vector) END) AS cosine,
        vec.sim IS NOT NULL AS in_vec, fts.rank AS fts_rank
@@ -153,6 +154,7 @@ def _statement(exact: bool, subset: str) -> str:
         where=where,
         # "+ 0" makes the sort key an expression the HNSW index cannot serve: an exact scan.
         exact="+ 0" if exact else "",
+        last_used_at=LAST_USED_AT,
     )
 
 
@@ -276,14 +278,21 @@ async def candidates(
     return found
 
 
+# In id order (two instances flushing at once lock rows in the same order); KEY SHARE
+# waits for a memory being deleted and then skips it, instead of failing the batch.
 TOUCH = """
-UPDATE memories SET last_used_at = now()
-WHERE workspace_id = $1 AND id = ANY($2::text[]) AND last_used_at < now()
+INSERT INTO memory_uses AS u (workspace_id, memory_id, last_used_at)
+SELECT m.workspace_id, m.id, now() FROM memories m
+WHERE m.workspace_id = $1 AND m.id = ANY($2::text[])
+ORDER BY m.id
+FOR KEY SHARE
+ON CONFLICT (workspace_id, memory_id) DO UPDATE SET last_used_at = excluded.last_used_at
+WHERE u.last_used_at < excluded.last_used_at
 """
 
 
 async def touch(conn: asyncpg.Connection | asyncpg.Pool, workspace_id: str, ids: list[str]) -> None:
-    """``last_used_at = now()`` for memories a search returned."""
+    """``last_used_at = now()`` for memories a search returned (in memory_uses)."""
     await conn.execute(TOUCH, workspace_id, ids)
 
 
