@@ -57,9 +57,10 @@ SET embedding = v.embedding,
     embedding_status = 'ready',
     embedding_error = NULL,
     embedding_attempts = 0,
-    embedding_lease_until = NULL
-FROM unnest($1::text[], $2::text[], $3::int[], $4::vector[])
-     AS v(workspace_id, id, generation, embedding)
+    embedding_lease_until = NULL,
+    text_tokens = v.tokens
+FROM unnest($1::text[], $2::text[], $3::int[], $4::vector[], $6::int[])
+     AS v(workspace_id, id, generation, embedding, tokens)
 WHERE m.workspace_id = v.workspace_id AND m.id = v.id
   AND m.embedding_generation = v.generation
   AND m.embedding_status = 'pending'
@@ -136,6 +137,7 @@ class Claimed:
 class Encoded:
     row: Claimed
     vectors: Vectors  # one per chunk, chunk 0 first
+    tokens: int  # of the text, as search bills it
 
 
 @dataclass
@@ -245,7 +247,11 @@ class Worker:
                     done.extend(ok)
                     failed.extend(bad)
             return done, failed
-        return [Encoded(row, vectors[a:b]) for row, (a, b) in zip(rows, spans, strict=True)], []
+        tokens = self.embedder.count_tokens_many([r.text for r in rows])
+        return [
+            Encoded(row, vectors[a:b], n)
+            for row, (a, b), n in zip(rows, spans, tokens, strict=True)
+        ], []
 
     async def store(self, encoded: Sequence[Encoded], failed: Sequence[tuple[Claimed, str]]) -> int:
         async with self.pool.acquire() as conn, conn.transaction():
@@ -258,6 +264,7 @@ class Worker:
                     [e.row.generation for e in encoded],
                     [Vector(e.vectors[0]) for e in encoded],
                     self.embedder.name,
+                    [e.tokens for e in encoded],
                 )
                 keep = {(r["workspace_id"], r["id"]) for r in accepted}
                 stored = len(keep)

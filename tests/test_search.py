@@ -485,6 +485,38 @@ async def test_without_cache_control_it_is_a_miss_billed_once(
     assert units == pytest.approx(embedder.count_tokens("deploy pipeline") + results, abs=1e-3)
 
 
+async def test_result_tokens_come_from_the_worker_or_are_counted_at_search(
+    client: Client, db_url: str, conn: asyncpg.Connection, embedder: SentenceTransformerEmbedder
+) -> None:
+    """The worker stores each text's token count with its vector; a result it has not
+    embedded yet is counted at search time. Either way the bill is the same."""
+    [embedded] = await seed(
+        client, db_url, embedder, [{"text": "Kestrels hover over the motorway verge"}]
+    )
+    text = "Kestrels nest in the old church tower, unembedded so far"
+    resp = await client.post("/api/v1/memories", json={"text": text}, headers=ADMIN)
+    fresh = (await resp.json())["id"]
+    stored = dict(await conn.fetch("SELECT id, text_tokens FROM memories"))
+    assert stored == {
+        embedded: embedder.count_tokens("Kestrels hover over the motorway verge"),
+        fresh: None,
+    }
+    state, units, out = await cached_search(
+        client, {"user_id": "default", "query": "kestrels", "max_results": 5}
+    )
+    assert {m["id"] for m in out["memories"]} == {embedded, fresh}
+    expected = embedder.count_tokens("kestrels") + sum(
+        embedder.count_tokens(m["content"]) for m in out["memories"]
+    )
+    assert (state, units) == ("miss", pytest.approx(expected, abs=1e-3))
+    # A new text is counted anew.
+    resp = await client.patch(
+        f"/api/v1/memories/{embedded}", json={"text": "Kestrels left"}, headers=ADMIN
+    )
+    assert resp.status == 200, await resp.text()
+    assert await conn.fetchval("SELECT text_tokens FROM memories WHERE id = $1", embedded) is None
+
+
 async def test_usage_reports_billed_units_per_day_and_endpoint(
     client: Client, facts: list[str]
 ) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
+from embeddings import Embedder
 from service import ranking
 from service.errors import ApiError, bad_request, forbidden, not_found
 from service.jsonutil import iso, json_response, parse_time
@@ -302,14 +303,10 @@ async def search(request: web.Request) -> web.Response:
                 headers={"X-Cache": "hit", "X-Usage-Units": f"{units:.4f}"},
             )  # fmt: skip
 
-    body, returned = await answer(request, model, req, store, principal)
+    body, delivered = await answer(request, model, req, store, principal)
     encoded = msgspec.json.encode(body)
-    delivered = [
-        m["content"] for key in ("memories", "self_memories", "images") for m in body.get(key, [])
-    ]
-    # One tokenizer call for all delivered results (the counting tokenizer is the model's
-    # own, apart from the one encoding: no wait behind a batch, no thread hop).
-    result_tokens = sum(embedder.count_tokens_many(delivered))
+    returned = [c.id for c in delivered]
+    result_tokens = result_tokens_of(delivered, embedder)
     if req.cache is None:
         units, cache_header = query_tokens + result_tokens, "miss"
     else:
@@ -334,6 +331,14 @@ async def search(request: web.Request) -> web.Response:
     )  # fmt: skip
 
 
+def result_tokens_of(delivered: list[Candidate], embedder: Embedder) -> int:
+    """Tokens of the delivered results' content: as the worker counted them when it
+    embedded each memory, and counted here (one tokenizer call) for any it has not yet."""
+    counted = sum(c.text_tokens for c in delivered if c.text_tokens is not None)
+    uncounted = [c.text for c in delivered if c.text_tokens is None]
+    return counted + sum(embedder.count_tokens_many(uncounted))
+
+
 WRITE_RATE = {"5m": 2.0, "1h": 3.0}
 TTL_S = {"5m": 300.0, "1h": 3600.0}
 
@@ -349,8 +354,8 @@ def options_key(req: SearchRequest) -> bytes:
 
 async def answer(
     request: web.Request, model: Model, req: SearchRequest, store: q.Store, principal: Any
-) -> tuple[dict[str, Any], list[str]]:
-    """Retrieve and render; returns the body and the ids it returns."""
+) -> tuple[dict[str, Any], list[Candidate]]:
+    """Retrieve and render; returns the body and the memories it delivers."""
     pool = request.app[POOL]
     slot = request.app[MODEL]
     assert slot.queries is not None
@@ -425,7 +430,7 @@ async def answer(
         body["verify_used"] = verify_used
     if req.warnings:
         body["warnings"] = req.warnings
-    return body, [c.id for c in memories + self_memories + images]
+    return body, memories + self_memories + images
 
 
 # verify (tuned on LoCoMo multi-hop, bench/results/quality.md): a candidate from a day the

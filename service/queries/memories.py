@@ -329,6 +329,8 @@ async def update(
     assert set(changes) == set(columns), set(changes) - set(columns)
     sets = [f"{c} = ${i + 3}" for i, c in enumerate(columns)]
     sets.append("updated_at = now()")
+    if "text" in columns:
+        sets.append("text_tokens = NULL")  # counted again by the worker
     if EMBEDDED & set(columns):
         sets += [
             "embedding_generation = m.embedding_generation + 1",

@@ -132,7 +132,7 @@ SELECT m.id, m.text, m.kind, m.category, m.importance, m.proof_count, m.speaker,
        m.superseded_by, m.event_date, m.created_at, {last_used_at} AS last_used_at,
        coalesce(vec.sim, CASE WHEN m.embedding IS NULL THEN NULL
                               ELSE 1 - (m.embedding <=> $21::vector) END) AS cosine,
-       vec.sim IS NOT NULL AS in_vec, fts.rank AS fts_rank
+       vec.sim IS NOT NULL AS in_vec, fts.rank AS fts_rank, m.text_tokens
 FROM ids
 JOIN memories m ON m.workspace_id = $1 AND m.id = ids.id
 LEFT JOIN vec ON vec.id = ids.id
@@ -231,6 +231,7 @@ class Candidate:
     cosine: float | None  # None: no vector yet
     in_vec: bool
     fts_rank: float | None
+    text_tokens: int | None = None  # None: not counted yet (the worker counts them)
 
 
 async def candidates(
