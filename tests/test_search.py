@@ -508,7 +508,8 @@ async def test_result_tokens_come_from_the_worker_or_are_counted_at_search(
     expected = embedder.count_tokens("kestrels") + sum(
         embedder.count_tokens(m["content"]) for m in out["memories"]
     )
-    assert (state, units) == ("miss", pytest.approx(expected, abs=1e-3))
+    assert state == "miss"
+    assert units == pytest.approx(expected, abs=1e-3)
     # A new text is counted anew.
     resp = await client.patch(
         f"/api/v1/memories/{embedded}", json={"text": "Kestrels left"}, headers=ADMIN

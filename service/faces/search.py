@@ -272,9 +272,10 @@ async def search(request: web.Request) -> web.Response:
     req = parse_request(await request.read(), model, request.headers.get("X-WOS-Form"))
     principal = principal_of(request)
     pool = request.app[POOL]
-    store = await q.resolve_store(pool, principal.workspace_id, req.store_ref)
-    if store is None:
+    found = await sq.store_and_profile(pool, principal.workspace_id, req.store_ref)
+    if found is None:
         raise not_found(f"Store {req.store_ref!r} not found")
+    store, stats = found
     if req.speaker is not None and not await q.speaker_exists(
         pool, principal.workspace_id, store.id, req.speaker
     ):
@@ -303,7 +304,7 @@ async def search(request: web.Request) -> web.Response:
                 headers={"X-Cache": "hit", "X-Usage-Units": f"{units:.4f}"},
             )  # fmt: skip
 
-    body, delivered = await answer(request, model, req, store, principal)
+    body, delivered = await answer(request, model, req, store, stats, principal)
     encoded = msgspec.json.encode(body)
     returned = [c.id for c in delivered]
     result_tokens = result_tokens_of(delivered, embedder)
@@ -353,7 +354,12 @@ def options_key(req: SearchRequest) -> bytes:
 
 
 async def answer(
-    request: web.Request, model: Model, req: SearchRequest, store: q.Store, principal: Any
+    request: web.Request,
+    model: Model,
+    req: SearchRequest,
+    store: q.Store,
+    stats: sq.Profile,
+    principal: Any,
 ) -> tuple[dict[str, Any], list[Candidate]]:
     """Retrieve and render; returns the body and the memories it delivers."""
     pool = request.app[POOL]
@@ -367,7 +373,6 @@ async def answer(
     per_arm = max(60, 4 * req.max_results)
 
     async with pool.acquire() as conn:
-        stats = await sq.profile(conn, principal.workspace_id, store.id)
 
         async def retrieve(
             *,

@@ -27,7 +27,7 @@ from pgvector import Vector
 
 from service.queries import Conn
 from service.queries.keys import Principal
-from service.queries.memories import LAST_USED_AT
+from service.queries.memories import LAST_USED_AT, SELECT_STORE, Store
 
 # Below this many memories (in the part of the store searched) a store is scanned exactly.
 EXACT_BELOW = 20_000
@@ -198,6 +198,25 @@ async def profile(conn: Conn, workspace_id: str, store_id: str) -> Profile:
     row = await conn.fetchrow(PROFILE, workspace_id, store_id)
     assert row is not None
     return Profile(*row)
+
+
+# A search's store (by id or name, as memories.resolve_store) and its profile: one round trip.
+STORE_AND_PROFILE = f"""
+SELECT s.*, p.*
+FROM ({SELECT_STORE}) s
+CROSS JOIN LATERAL ({PROFILE.replace("$2", "s.id")}) p
+"""
+
+
+async def store_and_profile(
+    conn: Conn, workspace_id: str, ref: str
+) -> tuple[Store, Profile] | None:
+    row = await conn.fetchrow(STORE_AND_PROFILE, workspace_id, ref)
+    if row is None:
+        return None
+    values = list(row.values())
+    n = len(values) - 4
+    return Store(*values[:n]), Profile(*values[n:])
 
 
 @dataclass(frozen=True)
