@@ -465,8 +465,8 @@ def render(r: dict[str, Any]) -> str:
             )
     lines += [
         "",
-        "Floor = the bare model encoding the query + the service's SQL for it (the store's "
-        "profile and the retrieval statement) on a pooled connection, measured query by query "
+        "Floor = the bare model encoding the query + the service's SQL for it (the store with "
+        "its profile, and the retrieval statement) on a pooled connection, measured query by query "
         "between the searches. Search = client-side latency of `POST /api/v1/memory/search`.",
         "",
         f"## {CONCURRENCY} concurrent clients",
@@ -493,7 +493,9 @@ def render(r: dict[str, Any]) -> str:
         "if nothing waited. For scale, the bare encoder's batch-16 throughput spends "
         f"{os.cpu_count() or 1} x 1000 / {bare['16']} = "
         f"{(os.cpu_count() or 1) * 1000 / float(bare['16']):.1f} CPU ms per question on "
-        "encoding alone.",
+        "encoding alone; 0.8 x that throughput would leave each search "
+        f"{(os.cpu_count() or 1) * 1000 / (0.8 * float(bare['16'])):.1f} CPU ms in all, "
+        "encoding, HTTP, SQL and the client included.",
     ]
     lines += [
         "",

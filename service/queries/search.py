@@ -17,7 +17,7 @@ cached generic plan cannot pick the wrong path for a store.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
 
 import asyncpg
@@ -170,8 +170,9 @@ MATCH_BUDGET = 1_500
 UNBOUNDED = 2**62
 
 PROFILE = """
-SELECT coalesce(sum(docs), 0)::bigint, coalesce(sum(length), 0)::bigint,
-       coalesce(sum(self_docs), 0)::bigint, coalesce(sum(image_docs), 0)::bigint
+SELECT coalesce(sum(docs), 0)::bigint AS docs, coalesce(sum(length), 0)::bigint AS length,
+       coalesce(sum(self_docs), 0)::bigint AS self_docs,
+       coalesce(sum(image_docs), 0)::bigint AS image_docs
 FROM search_store_stats
 WHERE workspace_id = $1 AND store_id = $2
 """
@@ -214,9 +215,8 @@ async def store_and_profile(
     row = await conn.fetchrow(STORE_AND_PROFILE, workspace_id, ref)
     if row is None:
         return None
-    values = list(row.values())
-    n = len(values) - 4
-    return Store(*values[:n]), Profile(*values[n:])
+    store = Store(**{f.name: row[f.name] for f in fields(Store)})
+    return store, Profile(**{f.name: row[f.name] for f in fields(Profile)})
 
 
 @dataclass(frozen=True)
