@@ -186,3 +186,64 @@ async def test_service_refuses_an_external_database_that_is_behind(empty_db_url:
     with pytest.raises(migrations.MigrationError, match="mneme migrate"):
         await runner.setup()
     await runner.cleanup()
+
+
+async def test_an_upgrade_from_0003_keeps_memories_searchable(
+    empty_db_url: str, tmp_path: Path
+) -> None:
+    """A database with memories, migrated up to 0003 (as shipped before 0004-0006), then
+    to the end: the memories stay found by words and vectors, and report their
+    last_used_at as before until a search stamps them."""
+    import numpy as np
+
+    from service import db
+    from service.queries import search as sq
+    from service.queries.keys import Principal
+    from service.queries.memories import LAST_USED_AT
+
+    old = tmp_path / "old"
+    old.mkdir()
+    for path in sorted(migrations.default_dir().glob("000[1-3]_*.sql")):
+        shutil.copy(path, old)
+    conn = await asyncpg.connect(empty_db_url)
+    try:
+        await migrations.migrate(conn, old)
+        await conn.execute("INSERT INTO workspaces (id, name) VALUES ('ws_1', 'w')")
+        await conn.execute(
+            "INSERT INTO stores (workspace_id, id, name) VALUES ('ws_1', 's_1', 's')"
+        )
+        await conn.execute(
+            """
+            INSERT INTO memories (workspace_id, id, store_id, text, provider_ref,
+                                  content_sha256, content_size_bytes, last_used_at, embedding,
+                                  embedding_status)
+            SELECT 'ws_1', 'mem_' || g, 's_1', 'note ' || g || ' about herons', 'r' || g,
+                   md5(g::text), 20, '2024-01-01', array_fill(g::real, ARRAY[384])::vector,
+                   'ready'
+            FROM generate_series(1, 30) g
+            """
+        )
+        applied = await migrations.migrate(conn)
+        assert applied == ["0004_search_storage", "0005_memory_uses", "0006_text_tokens"]
+
+        await db._init_connection(conn)
+        who = Principal("k", "ws_1", "scale", "service", None, frozenset(), [])
+        found = await sq.store_and_profile(conn, "ws_1", "s")
+        assert found is not None
+        store, stats = found
+        assert (store.id, stats.docs) == ("s_1", 30)
+        for exact in (True, False):
+            got = await sq.candidates(
+                conn, who, "s_1", stats, np.ones(384, dtype=np.float32), "herons",
+                sq.SearchFilters(), per_arm=10, exact=exact,
+            )  # fmt: skip
+            assert sum(c.fts_rank is not None for c in got) == 10
+            assert sum(c.in_vec for c in got) == 10
+            assert {str(c.last_used_at.date()) for c in got} == {"2024-01-01"}
+        await sq.touch(conn, "ws_1", ["mem_1"])
+        stamped = await conn.fetchval(
+            f"SELECT {LAST_USED_AT} FROM memories m WHERE id = 'mem_1'"
+        )  # fmt: skip
+        assert stamped.year > 2024
+    finally:
+        await conn.close()
