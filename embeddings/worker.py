@@ -108,6 +108,25 @@ FROM memories WHERE embedding_status = 'pending'
 """
 
 
+# Token counts (for billing) are taken this many characters at a time: the counting
+# tokenizer is shared with search, which counts a query's tokens on the event loop, so
+# one claim's texts (up to 1 MiB) must not hold it for long.
+COUNT_SLICE_CHARS = 16_384
+
+
+def count_in_slices(embedder: Embedder, texts: Sequence[str]) -> list[int]:
+    out: list[int] = []
+    first = 0
+    while first < len(texts):
+        last, size = first, 0
+        while last < len(texts) and (last == first or size + len(texts[last]) <= COUNT_SLICE_CHARS):
+            size += len(texts[last])
+            last += 1
+        out += embedder.count_tokens_many(texts[first:last])
+        first = last
+    return out
+
+
 @dataclass(frozen=True)
 class WorkerConfig:
     # Rows claimed at once. The model still encodes ``batch_size`` texts per forward pass
@@ -247,7 +266,7 @@ class Worker:
                     done.extend(ok)
                     failed.extend(bad)
             return done, failed
-        tokens = self.embedder.count_tokens_many([r.text for r in rows])
+        tokens = count_in_slices(self.embedder, [r.text for r in rows])
         return [
             Encoded(row, vectors[a:b], n)
             for row, (a, b), n in zip(rows, spans, tokens, strict=True)

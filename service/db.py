@@ -38,17 +38,37 @@ INCLUDE_LINE = f"include_if_exists = '{TUNING_FILE}'"
 MIB = 1024 * 1024
 
 
-def machine_memory() -> int:
-    """Bytes of memory this process may use: the machine's, or its cgroup's limit if lower."""
+def machine_memory(root: Path = Path("/")) -> int:
+    """Bytes of memory this process may use: the machine's, or less if a memory limit is
+    set on its cgroup or one above it (a container, a systemd unit's MemoryMax)."""
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    for limit_file in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        try:
-            raw = Path(limit_file).read_text().strip()
-        except OSError:
+    return min([total, *_cgroup_limits(root)])
+
+
+def _cgroup_limits(root: Path) -> list[int]:
+    """Memory limits on this process's cgroup and its ancestors (cgroup v2 and v1)."""
+    try:
+        lines = (root / "proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return []
+    limits = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":  # v2: 0::/path
+            base, name = root / "sys/fs/cgroup", "memory.max"
+        elif "memory" in controllers.split(","):  # v1: N:memory:/path
+            base, name = root / "sys/fs/cgroup/memory", "memory.limit_in_bytes"
+        else:
             continue
-        if raw.isdigit():
-            total = min(total, int(raw))
-    return total
+        parts = [p for p in path.split("/") if p]
+        for depth in range(len(parts), -1, -1):  # the cgroup, then each one above it
+            try:
+                raw = (base.joinpath(*parts[:depth]) / name).read_text().strip()
+            except OSError:
+                continue
+            if raw.isdigit():
+                limits.append(int(raw))
+    return limits
 
 
 def embedded_tuning(memory: int) -> dict[str, str]:

@@ -287,8 +287,6 @@ async def _write(conn: asyncpg.Connection, ctx: WriteContext, item: MemoryIn) ->
         superseded = await q.get_readable(conn, ctx.principal, item.supersedes, for_update=True)
         if superseded is None:
             raise not_found(f"Memory {item.supersedes!r} (supersedes) not found")
-    if "first_seen_at" in columns and "last_used_at" not in columns:
-        columns["last_used_at"] = columns["first_seen_at"]
 
     provider = columns.get("provider", "mneme")
     result: Written
@@ -337,6 +335,10 @@ async def _create(
     if "text" not in columns:
         raise bad_request("text is required", param="text")
     columns.setdefault("tier", ctx.default_tier)
+    # SPEC: last_used_at starts equal to first_seen_at. Only at creation: a sync that
+    # sends a memory again with its firstSeenAt must not reset when it was last used.
+    if "first_seen_at" in columns:
+        columns.setdefault("last_used_at", columns["first_seen_at"])
     try:
         async with conn.transaction():  # a savepoint: a path conflict must not poison the batch
             memory = await q.insert(conn, ctx.workspace_id, store.id, columns)

@@ -126,3 +126,31 @@ def test_the_tuning_is_included_once_however_often_the_server_starts(tmp_path: P
     assert conf.read_text().count(db.INCLUDE_LINE) == 1
     written = (tmp_path / db.TUNING_FILE).read_text()
     assert "shared_buffers = '" in written and "jit = 'off'" in written
+
+
+@pytest.mark.parametrize(
+    ("cgroup", "files", "limit"),
+    [
+        # cgroup v2, a limit on the unit's own group and a lower one on its parent
+        ("0::/system.slice/mneme.service\n",
+         {"sys/fs/cgroup/system.slice/mneme.service/memory.max": "4294967296\n",
+          "sys/fs/cgroup/system.slice/memory.max": "2147483648\n",
+          "sys/fs/cgroup/memory.max": "max\n"},
+         2 * GIB),
+        # cgroup v1 (a container): the memory controller's file
+        ("12:cpu,cpuacct:/docker/abc\n11:memory:/docker/abc\n",
+         {"sys/fs/cgroup/memory/docker/abc/memory.limit_in_bytes": "1073741824\n"},
+         1 * GIB),
+        ("0::/\n", {"sys/fs/cgroup/memory.max": "max\n"}, None),  # no limit: the machine's
+    ],
+)  # fmt: skip
+def test_memory_is_the_lowest_limit_above_this_process(
+    tmp_path: Path, cgroup: str, files: dict[str, str], limit: int | None
+) -> None:
+    (tmp_path / "proc/self").mkdir(parents=True)
+    (tmp_path / "proc/self/cgroup").write_text(cgroup)
+    for name, content in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(content)
+    machine = db.machine_memory(tmp_path / "nowhere")  # no cgroup files: the machine's
+    assert db.machine_memory(tmp_path) == (machine if limit is None else limit)

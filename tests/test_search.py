@@ -510,6 +510,14 @@ async def test_result_tokens_come_from_the_worker_or_are_counted_at_search(
     )
     assert state == "miss"
     assert units == pytest.approx(expected, abs=1e-3)
+    # The stored count is the one billed (not recounted): a made-up one shows through.
+    await conn.execute("UPDATE memories SET text_tokens = 1000 WHERE id = $1", embedded)
+    _, units, _ = await cached_search(
+        client, {"user_id": "default", "query": "kestrels", "max_results": 5}
+    )
+    assert units == pytest.approx(
+        embedder.count_tokens("kestrels") + 1000 + embedder.count_tokens(text), abs=1e-3
+    )
     # A new text is counted anew.
     resp = await client.patch(
         f"/api/v1/memories/{embedded}", json={"text": "Kestrels left"}, headers=ADMIN

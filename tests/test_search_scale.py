@@ -385,3 +385,30 @@ async def test_a_search_stamps_last_used_without_rewriting_the_memory(
     )
     await conn.execute("DELETE FROM memories WHERE id = $1", m["id"])
     assert await conn.fetchval("SELECT count(*) FROM memory_uses") == 0
+
+
+async def test_a_stamp_skips_a_memory_deleted_while_it_was_written(
+    client: Client, db_url: str, conn: asyncpg.Connection
+) -> None:
+    """The stamp waits for a transaction deleting one of its memories; once that commits,
+    the stamp is written for the others instead of failing the whole batch."""
+    import asyncio
+
+    a = await post(client, "/api/v1/memories", {"text": "alpha note"})
+    b = await post(client, "/api/v1/memories", {"text": "beta note"})
+    ws = await conn.fetchval("SELECT workspace_id FROM memories WHERE id = $1", a["id"])
+    deleter = await asyncpg.connect(db_url)
+    pool = await db.create_pool(db_url, _settings(db_url))
+    try:
+        tx = deleter.transaction()
+        await tx.start()
+        await deleter.execute("DELETE FROM memories WHERE id = $1", a["id"])
+        stamp = asyncio.create_task(sq.touch(pool, ws, sorted([a["id"], b["id"]])))
+        await asyncio.sleep(0.5)
+        assert not stamp.done()  # it waits on the deleter's row
+        await tx.commit()
+        await asyncio.wait_for(stamp, 10)
+        assert await conn.fetchval("SELECT array_agg(memory_id) FROM memory_uses") == [b["id"]]
+    finally:
+        await deleter.close()
+        await pool.close()

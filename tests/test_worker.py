@@ -288,3 +288,21 @@ async def test_a_live_worker_renews_its_lease_during_a_long_batch(
     assert await other.run_once() == 0
     assert await first == 1
     assert await pool.fetchval("SELECT embedding_status FROM memories") == "ready"
+
+
+def test_token_counts_are_taken_a_slice_at_a_time() -> None:
+    """The worker counts a claim's tokens in slices of limited size (search shares the
+    counting tokenizer), and the counts come back in order, one per text."""
+    from embeddings.worker import COUNT_SLICE_CHARS, count_in_slices
+
+    calls: list[list[str]] = []
+
+    class Counter:
+        def count_tokens_many(self, texts: Sequence[str]) -> list[int]:
+            calls.append(list(texts))
+            return [len(t) for t in texts]
+
+    texts = ["a" * 5000, "b" * 5000, "c" * 7000, "d" * 40_000, "e" * 10]
+    assert count_in_slices(Counter(), texts) == [len(t) for t in texts]  # type: ignore[arg-type]
+    assert [len(c) for c in calls] == [2, 1, 1, 1]
+    assert all(sum(map(len, c)) <= COUNT_SLICE_CHARS or len(c) == 1 for c in calls)

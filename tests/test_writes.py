@@ -167,6 +167,25 @@ async def test_sync_may_supply_first_seen_and_last_used(client: Client) -> None:
     assert m["lastUsedAt"] == "2025-01-16T09:30:00.000Z"
 
 
+async def test_a_sync_sent_again_keeps_when_the_memory_was_last_used(
+    client: Client, conn: asyncpg.Connection
+) -> None:
+    """lastUsedAt starts at firstSeenAt; sending the memory again with its firstSeenAt
+    changes nothing, and does not reset the use a search recorded."""
+    body = {"text": "synced", "providerRef": "s-1", "firstSeenAt": "2025-01-10T12:00:00Z"}
+    _, m = await post(client, body)
+    assert m["lastUsedAt"] == "2025-01-10T12:00:00.000Z"
+    await conn.execute(
+        "INSERT INTO memory_uses SELECT workspace_id, id, '2026-02-01T00:00:00Z' "
+        "FROM memories WHERE id = $1",
+        m["id"],
+    )
+    status, again = await post(client, body)
+    assert status == 200 and again["upserted"] is True
+    assert again["lastUsedAt"] == "2026-02-01T00:00:00.000Z"
+    assert await count(conn, "memory_versions") == 1
+
+
 async def test_supersedes_marks_the_older_memory(client: Client) -> None:
     _, old = await post(client, {"text": "The office is in Leeds."})
     status, new = await post(client, {"text": "The office moved to York.", "supersedes": old["id"]})

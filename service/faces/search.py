@@ -281,7 +281,9 @@ async def search(request: web.Request) -> web.Response:
         return await _search(request, model, req, early)
     finally:
         if early is not None:
-            early.cancel()  # when it was not needed (a 404); no-op once done
+            # Not needed (a 404): stop waiting. The model still finishes the batch it is
+            # in, and its cache keeps the vector. No-op once done.
+            early.cancel()
             if early.done() and not early.cancelled():
                 early.exception()  # retrieved: a failure here was answered already
 

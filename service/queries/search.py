@@ -298,22 +298,29 @@ async def candidates(
     return found
 
 
-# In id order (two instances flushing at once lock rows in the same order); KEY SHARE
-# waits for a memory being deleted and then skips it, instead of failing the batch.
+# In id order: two instances flushing at once take the rows' locks in the same order.
+# The memory's own row is not locked (a lock is a write to its page): the foreign key
+# checks a memory's first stamp, and a memory deleted meanwhile fails that check.
 TOUCH = """
 INSERT INTO memory_uses AS u (workspace_id, memory_id, last_used_at)
 SELECT m.workspace_id, m.id, now() FROM memories m
 WHERE m.workspace_id = $1 AND m.id = ANY($2::text[])
 ORDER BY m.id
-FOR KEY SHARE
 ON CONFLICT (workspace_id, memory_id) DO UPDATE SET last_used_at = excluded.last_used_at
 WHERE u.last_used_at < excluded.last_used_at
 """
 
 
 async def touch(conn: asyncpg.Connection | asyncpg.Pool, workspace_id: str, ids: list[str]) -> None:
-    """``last_used_at = now()`` for memories a search returned (in memory_uses)."""
-    await conn.execute(TOUCH, workspace_id, ids)
+    """``last_used_at = now()`` for memories a search returned (in memory_uses).
+
+    A memory deleted while its stamp was being written fails the foreign key check; the
+    stamp is then written again, and no longer finds it.
+    """
+    try:
+        await conn.execute(TOUCH, workspace_id, ids)
+    except asyncpg.ForeignKeyViolationError:
+        await conn.execute(TOUCH, workspace_id, ids)
 
 
 # --- keeping the statistics small ---------------------------------------------------------
