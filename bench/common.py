@@ -162,8 +162,13 @@ class Server:
         assert info is not None and info.pid is not None
         postmaster = psutil.Process(info.pid)
         backends = postmaster.children(recursive=True)
+        service = psutil.Process(self.proc.pid)
+        loop = sum(t.user_time + t.system_time for t in service.threads() if t.id == service.pid)
         return {
-            "service": used(psutil.Process(self.proc.pid)),
+            # The service's main thread runs the event loop (HTTP, auth, SQL round trips,
+            # ranking, rendering); its other threads are the model's (query encoding).
+            "service_loop": float(loop),
+            "service_model": used(service) - float(loop),
             "postgres": used(postmaster) + sum(used(b) for b in backends),
             "client": used(psutil.Process()),
         }

@@ -472,7 +472,8 @@ def render(r: dict[str, Any]) -> str:
         f"## {CONCURRENCY} concurrent clients",
         "",
         "| memories | store | searches/s | p50 ms | p95 ms | / bare encoder batch 16 | "
-        "CPU ms per search: service / PostgreSQL / client = total | CPU-bound ceiling |",
+        "CPU ms per search: service loop + model / PostgreSQL / client = total | "
+        "CPU-bound ceiling |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for total, lv in r["levels"].items():
@@ -482,13 +483,15 @@ def render(r: dict[str, Any]) -> str:
             lines.append(
                 f"| {int(total):,} | {kind} | {t['searches_per_s']} | {t['latency']['p50_ms']:.0f}"
                 f" | {t['latency']['p95_ms']:.0f} | **{t['ratio_to_bare_batch16']:.2f}** | "
-                f"{c['service']:.1f} / {c['postgres']:.1f} / {c['client']:.1f} = {c['total']:.1f}"
+                f"{c['service_loop']:.1f} + {c['service_model']:.1f} / {c['postgres']:.1f} / "
+                f"{c['client']:.1f} = {c['total']:.1f}"
                 f" | {t['cpu_bound_searches_per_s']}/s |"
             )
     lines += [
         "",
         f"CPU per search is measured over the {CONCURRENCY}-client run (user + system time of "
-        "`mneme serve` with its encoder thread, of PostgreSQL's processes, and of the client). "
+        "`mneme serve`'s event loop thread and of its model's threads, of PostgreSQL's "
+        "processes, and of the client). "
         f"The ceiling is {os.cpu_count()} cores / that total: what these cores could serve "
         "if nothing waited. For scale, the bare encoder's batch-16 throughput spends "
         f"{os.cpu_count() or 1} x 1000 / {bare['16']} = "

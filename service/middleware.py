@@ -139,7 +139,9 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
         return await handler(request)
 
     limits = request.app[SETTINGS].rate_limits
+    started = time.perf_counter()
     found = await keys.authenticate_and_count(request.app[POOL], presented_key(request), limits)
+    phase(request, "auth", time.perf_counter() - started)
     if found is None:
         raise ApiError(401, "Invalid or revoked API key")
     principal, decision = found

@@ -259,7 +259,7 @@ async def test_search_reports_its_phases_in_server_timing(client: Client) -> Non
     )
     assert resp.status == 200
     names = [part.split(";")[0].strip() for part in resp.headers["Server-Timing"].split(",")]
-    assert names == ["app", "embed", "retrieve"]
+    assert names == ["app", "auth", "store", "embed", "retrieve", "render", "bill"]
 
 
 async def test_pooled_connections_keep_the_search_settings_after_a_release(db_url: str) -> None:

@@ -296,7 +296,9 @@ async def _search(
 ) -> web.Response:
     principal = principal_of(request)
     pool = request.app[POOL]
+    started = time.perf_counter()
     found = await sq.store_and_profile(pool, principal.workspace_id, req.store_ref)
+    phase(request, "store", time.perf_counter() - started)
     if found is None:
         raise not_found(f"Store {req.store_ref!r} not found")
     store, stats = found
@@ -329,9 +331,11 @@ async def _search(
             )  # fmt: skip
 
     body, delivered = await answer(request, model, req, store, stats, principal, early)
+    started = time.perf_counter()
     encoded = msgspec.json.encode(body)
     returned = [c.id for c in delivered]
     result_tokens = result_tokens_of(delivered, embedder)
+    phase(request, "bill", time.perf_counter() - started)
     if req.cache is None:
         units, cache_header = query_tokens + result_tokens, "miss"
     else:
@@ -449,6 +453,7 @@ async def answer(
             images = [c for c, _ in ranked[: req.max_images]]
 
     phase(request, "retrieve", time.perf_counter() - started)
+    started = time.perf_counter()
     strip = store.strip_temporal
     body: dict[str, Any] = {"memories": [render(c, req, strip) for c in memories]}
     if model.images:
@@ -461,6 +466,7 @@ async def answer(
         body["verify_used"] = verify_used
     if req.warnings:
         body["warnings"] = req.warnings
+    phase(request, "render", time.perf_counter() - started)
     return body, memories + self_memories + images
 
 
