@@ -355,11 +355,13 @@ async def explain(
     from pgvector import Vector
 
     async with pool.acquire() as conn:
-        stats = await sq.profile(conn, who.workspace_id, store)
+        found = await sq.store_and_profile(conn, who.workspace_id, store)
+        assert found is not None
+        _, stats = found
         rows = await conn.fetch(
             "EXPLAIN (ANALYZE, COSTS OFF) " + sq.SEARCH_ANN,
             who.workspace_id, store, True, None, [], None, None, None, None, None, None, None,
-            None, None, None, True, None, [], False, False, Vector(vector), query, 80,
+            None, None, None, True, None, False, False, Vector(vector), query, 80,
             float(stats.docs), stats.avgdl, sq.MATCH_BUDGET,
         )  # fmt: skip
     return [r[0] for r in rows]

@@ -116,15 +116,15 @@ COUNT_SLICE_CHARS = 16_384
 
 def count_in_slices(embedder: Embedder, texts: Sequence[str]) -> list[int]:
     out: list[int] = []
-    first = 0
-    while first < len(texts):
-        last, size = first, 0
-        while last < len(texts) and (last == first or size + len(texts[last]) <= COUNT_SLICE_CHARS):
-            size += len(texts[last])
-            last += 1
-        out += embedder.count_tokens_many(texts[first:last])
-        first = last
-    return out
+    batch: list[str] = []
+    size = 0
+    for text in texts:
+        if batch and size + len(text) > COUNT_SLICE_CHARS:
+            out += embedder.count_tokens_many(batch)
+            batch, size = [], 0
+        batch.append(text)
+        size += len(text)
+    return out + (embedder.count_tokens_many(batch) if batch else [])
 
 
 @dataclass(frozen=True)

@@ -171,12 +171,12 @@ async def test_a_filtered_hnsw_scan_that_comes_up_short_is_answered_exactly(
                 "SET hnsw.iterative_scan = off; SET hnsw.ef_search = 40; SET enable_sort = off"
             )
             who = Principal("k", ws, "scale", "service", None, frozenset(), [])
-            stats = await sq.profile(conn, ws, store)
+            stats = await _profile(conn, ws, store)
             rare = SearchFilters(categories=["rare"])
             query = vectors[0]
             plain = await conn.fetch(
                 sq.SEARCH_ANN, ws, store, True, None, [], ["rare"], None, None, None, None,
-                None, None, None, None, None, True, None, [], None, None, query, "", 60,
+                None, None, None, None, None, True, None, None, None, query, "", 60,
                 float(stats.docs), stats.avgdl, sq.MATCH_BUDGET,
             )  # fmt: skip
             assert len(plain) < 10  # the index alone misses most of them
@@ -189,6 +189,12 @@ async def test_a_filtered_hnsw_scan_that_comes_up_short_is_answered_exactly(
             assert len(exact) == 10
     finally:
         await pool.close()
+
+
+async def _profile(conn: asyncpg.Connection, ws: str, store: str) -> sq.Profile:
+    found = await sq.store_and_profile(conn, ws, store)
+    assert found is not None
+    return found[1]
 
 
 def _settings(db_url: str) -> Any:
@@ -211,10 +217,10 @@ async def test_the_match_budget_keeps_the_rarest_word(
     )  # fmt: skip
     await db._init_connection(conn)
     ws, store = await conn.fetchrow("SELECT workspace_id, id FROM stores WHERE name = 'default'")
-    stats = await sq.profile(conn, ws, store)
+    stats = await _profile(conn, ws, store)
     rows = await conn.fetch(
         sq.SEARCH_ANN, ws, store, True, None, [], None, None, None, None, None, None, None,
-        None, None, None, True, None, [], None, None, np.ones(384, dtype=np.float32),
+        None, None, None, True, None, None, None, np.ones(384, dtype=np.float32),
         "zucchini coffee", 60, float(stats.docs), stats.avgdl, budget,
     )  # fmt: skip
     matched = {r["text"] for r in rows if r["fts_rank"] is not None}
@@ -291,11 +297,11 @@ async def test_the_full_text_score_is_bm25_of_the_stores_statistics(
     await post(client, "/api/v1/memories", {"memories": [{"text": t} for t in texts]}, status=200)
     await db._init_connection(conn)
     ws, store = await conn.fetchrow("SELECT workspace_id, id FROM stores WHERE name = 'default'")
-    stats = await sq.profile(conn, ws, store)
+    stats = await _profile(conn, ws, store)
     question = "rain in the valley"
     rows = await conn.fetch(
         sq.STATEMENTS[True, "all"], ws, store, True, None, [], None, None, None, None, None,
-        None, None, None, None, None, True, None, [], None, None, np.ones(384, dtype=np.float32),
+        None, None, None, None, None, True, None, None, None, np.ones(384, dtype=np.float32),
         question, 60, float(stats.docs), stats.avgdl, sq.UNBOUNDED,
     )  # fmt: skip
     served = {r["text"]: r["fts_rank"] for r in rows if r["fts_rank"] is not None}

@@ -36,9 +36,9 @@ EXACT_BELOW = 20_000
 # $1 workspace, $2 store, $3 is_service, $4 member, $5 rooms, $6 categories, $7 tiers,
 # $8 fact types, $9 scopes, $10 entities, $11 created_after, $12 created_before,
 # $13 event_after, $14 event_before, $15 min_importance, $16 include_superseded,
-# $17 speaker: NULL any; $18 ids to leave out (none today: verify drops returned ids after ranking),
-# $19 self: true = only speaker 'me', false = everything but 'me', NULL = all,
-# $20 images: true = only image memories, false = no image memories, NULL = all.
+# $17 speaker: NULL any,
+# $18 self: true = only speaker 'me', false = everything but 'me', NULL = all,
+# $19 images: true = only image memories, false = no image memories, NULL = all.
 _WHERE = """
 m.workspace_id = $1 AND m.store_id = $2 AND m.status = 'active'
 AND mneme_readable(m.scope, $3, $4, $5)
@@ -54,38 +54,37 @@ AND ($14::timestamptz IS NULL OR m.event_date < $14::timestamptz)
 AND ($15::float8 IS NULL OR m.importance >= $15::float8)
 AND ($16::boolean OR m.superseded_by IS NULL)
 AND ($17::text IS NULL OR m.speaker = $17::text)
-AND NOT (m.id = ANY($18::text[]))
-AND ($19::boolean IS NULL OR (m.speaker IS NOT DISTINCT FROM 'me') = $19::boolean)
-AND ($20::boolean IS NULL OR (m.kind = 'image') = $20::boolean)
+AND ($18::boolean IS NULL OR (m.speaker IS NOT DISTINCT FROM 'me') = $18::boolean)
+AND ($19::boolean IS NULL OR (m.kind = 'image') = $19::boolean)
 """
 
-# $21 query vector, $22 query text, $23 candidates per arm, $24 memories in the store,
-# $25 their mean length, $26 the full-text arm's posting budget (see MATCH_BUDGET).
+# $20 query vector, $21 query text, $22 candidates per arm, $23 memories in the store,
+# $24 their mean length, $25 the full-text arm's posting budget (see MATCH_BUDGET).
 _SEARCH = """
 WITH vec AS (
     SELECT id, max(sim) AS sim FROM (
-        (SELECT m.id, 1 - (m.embedding <=> $21::vector) AS sim
+        (SELECT m.id, 1 - (m.embedding <=> $20::vector) AS sim
          FROM memories m
          WHERE {where} AND m.embedding IS NOT NULL
-         ORDER BY (m.embedding <=> $21::vector) {exact}
-         LIMIT $23)
+         ORDER BY (m.embedding <=> $20::vector) {exact}
+         LIMIT $22)
         UNION ALL
-        (SELECT m.id, 1 - (c.embedding <=> $21::vector) AS sim
+        (SELECT m.id, 1 - (c.embedding <=> $20::vector) AS sim
          FROM memory_chunks c
          JOIN memories m ON m.workspace_id = c.workspace_id AND m.id = c.memory_id
          WHERE {where}
-         ORDER BY (c.embedding <=> $21::vector) {exact}
-         LIMIT $23)
+         ORDER BY (c.embedding <=> $20::vector) {exact}
+         LIMIT $22)
     ) hits
     GROUP BY id
     ORDER BY max(sim) DESC
-    LIMIT $23
+    LIMIT $22
 ), terms AS (
     -- The question's lexemes that occur in the store, with their document frequency.
     SELECT t.lexeme, sum(t.df)::float8 AS df
     FROM search_terms t
     WHERE t.workspace_id = $1 AND t.store_id = $2
-      AND t.lexeme = ANY(tsvector_to_array(to_tsvector('english', $22::text)))
+      AND t.lexeme = ANY(tsvector_to_array(to_tsvector('english', $21::text)))
     GROUP BY t.lexeme
     HAVING sum(t.df) > 0
 ), tsq AS (
@@ -98,7 +97,7 @@ WITH vec AS (
                    row_number() OVER (ORDER BY df, lexeme) AS n
             FROM terms
         ) ranked
-        WHERE postings <= $26 OR n = 1
+        WHERE postings <= $25 OR n = 1
     ), ' | ')::tsquery AS q,
     array(SELECT lexeme FROM terms) AS lexemes
     WHERE EXISTS (SELECT 1 FROM terms)
@@ -112,9 +111,9 @@ WITH vec AS (
     FROM tsq
     JOIN memories m ON m.search_tsv @@ tsq.q
     CROSS JOIN LATERAL (
-        SELECT sum(ln(1 + (greatest($24::float8, t.df) - t.df + 0.5) / (t.df + 0.5))
+        SELECT sum(ln(1 + (greatest($23::float8, t.df) - t.df + 0.5) / (t.df + 0.5))
                    * (x.tf * 2.2)
-                   / (x.tf + 1.2 * (0.25 + 0.75 * length(m.search_tsv) / $25::float8)))
+                   / (x.tf + 1.2 * (0.25 + 0.75 * length(m.search_tsv) / $24::float8)))
                AS rank
         FROM (
             SELECT u.lexeme, cardinality(u.positions) AS tf
@@ -124,14 +123,14 @@ WITH vec AS (
     ) score
     WHERE {where}
     ORDER BY score.rank DESC, m.id
-    LIMIT $23
+    LIMIT $22
 ), ids AS (
     SELECT id FROM vec UNION SELECT id FROM fts
 )
 SELECT m.id, m.text, m.kind, m.category, m.importance, m.proof_count, m.speaker,
        m.superseded_by, m.event_date, m.created_at, {last_used_at} AS last_used_at,
        coalesce(vec.sim, CASE WHEN m.embedding IS NULL THEN NULL
-                              ELSE 1 - (m.embedding <=> $21::vector) END) AS cosine,
+                              ELSE 1 - (m.embedding <=> $20::vector) END) AS cosine,
        vec.sim IS NOT NULL AS in_vec, fts.rank AS fts_rank, m.text_tokens
 FROM ids
 JOIN memories m ON m.workspace_id = $1 AND m.id = ids.id
@@ -169,14 +168,6 @@ SEARCH_ANN = STATEMENTS[False, "all"]
 MATCH_BUDGET = 1_500
 UNBOUNDED = 2**62
 
-PROFILE = """
-SELECT coalesce(sum(docs), 0)::bigint AS docs, coalesce(sum(length), 0)::bigint AS length,
-       coalesce(sum(self_docs), 0)::bigint AS self_docs,
-       coalesce(sum(image_docs), 0)::bigint AS image_docs
-FROM search_store_stats
-WHERE workspace_id = $1 AND store_id = $2
-"""
-
 
 @dataclass(frozen=True)
 class Profile:
@@ -195,17 +186,17 @@ class Profile:
         return {"all": self.docs, "self": self.self_docs, "images": self.image_docs}[subset]
 
 
-async def profile(conn: Conn, workspace_id: str, store_id: str) -> Profile:
-    row = await conn.fetchrow(PROFILE, workspace_id, store_id)
-    assert row is not None
-    return Profile(*row)
-
-
 # A search's store (by id or name, as memories.resolve_store) and its profile: one round trip.
 STORE_AND_PROFILE = f"""
 SELECT s.*, p.*
 FROM ({SELECT_STORE}) s
-CROSS JOIN LATERAL ({PROFILE.replace("$2", "s.id")}) p
+CROSS JOIN LATERAL (
+    SELECT coalesce(sum(docs), 0)::bigint AS docs, coalesce(sum(length), 0)::bigint AS length,
+           coalesce(sum(self_docs), 0)::bigint AS self_docs,
+           coalesce(sum(image_docs), 0)::bigint AS image_docs
+    FROM search_store_stats
+    WHERE workspace_id = $1 AND store_id = s.id
+) p
 """
 
 
@@ -286,7 +277,7 @@ async def candidates(
         principal.rooms, filters.categories, filters.tiers, filters.fact_types, filters.scopes,
         filters.entities, filters.created_after, filters.created_before, filters.event_after,
         filters.event_before, filters.min_importance, filters.include_superseded, speaker,
-        [], self_only, images, Vector(query_vector),
+        self_only, images, Vector(query_vector),
         query_text if use_fts else "", per_arm, float(stats.docs), stats.avgdl,
     )  # fmt: skip
     budget = UNBOUNDED if exact else MATCH_BUDGET
