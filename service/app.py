@@ -20,6 +20,7 @@ from embeddings.worker import Worker, WorkerConfig
 from service import db
 from service.bootstrap import bootstrap, print_first_key
 from service.faces.search import METER, TOUCHER, Toucher
+from service.inputs import input_middleware
 from service.metrics import Metrics
 from service.middleware import access_middleware, context_middleware
 from service.queries import idempotency, ratelimit, search, usage
@@ -67,7 +68,7 @@ def create_app(
 ) -> web.Application:
     """The service. ``embedder`` skips loading the model (tests share one)."""
     app = web.Application(
-        middlewares=[context_middleware, access_middleware],
+        middlewares=[context_middleware, input_middleware, access_middleware],
         client_max_size=settings.max_body_bytes,
     )
     app[SETTINGS] = settings
@@ -189,11 +190,6 @@ async def janitor(app: web.Application) -> AsyncIterator[None]:
                 archived = await q.archive_due(conn, settings.transitory_idle_s)
                 for workspace_id, memory in archived:
                     await q.add_version(conn, workspace_id, memory, "modified", "retention")
-                by_workspace: dict[str, set[str]] = {}
-                for workspace_id, memory in archived:
-                    by_workspace.setdefault(workspace_id, set()).add(memory.store_id)
-                for workspace_id, stores in by_workspace.items():
-                    await q.touch_stores(conn, workspace_id, sorted(stores))
             if archived:
                 log.info("retention archived memories", extra={"count": len(archived)})
             if len(archived) < 1000:

@@ -6,7 +6,7 @@ Timestamps leave the service as ISO 8601 UTC with milliseconds and ``Z``
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import msgspec
@@ -17,10 +17,20 @@ T = TypeVar("T")
 _encoder = msgspec.json.Encoder()
 
 
+def utc(ts: datetime) -> datetime:
+    """``ts`` in UTC. A value already in UTC is taken as it is: converting it again would
+    step outside the calendar for the first and last hours of years 1 and 9999."""
+    return ts if ts.utcoffset() == timedelta(0) else ts.astimezone(UTC)
+
+
 def iso(ts: datetime) -> str:
     """``2026-08-14T10:00:00.000Z``: UTC, milliseconds, ``Z``."""
-    ts = ts.astimezone(UTC)
-    return ts.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ts.microsecond // 1000:03d}Z"
+    ts = utc(ts)
+    # Not strftime: its %Y drops the leading zeros of years before 1000.
+    return (
+        f"{ts.year:04d}-{ts.month:02d}-{ts.day:02d}T{ts.hour:02d}:{ts.minute:02d}:"
+        f"{ts.second:02d}.{ts.microsecond // 1000:03d}Z"
+    )
 
 
 def iso_or_none(ts: datetime | None) -> str | None:
@@ -41,20 +51,25 @@ def json_response(
 async def read_body(request: web.Request, struct: type[T]) -> T:
     """Decode and validate the JSON body into ``struct``; any failure is a 400."""
     from service.errors import bad_request  # local: errors imports this module
+    from service.inputs import decode_json
 
     raw = await request.read()
     if not raw.strip():
         raise bad_request("Request body must be a JSON object")
-    try:
-        return msgspec.json.decode(raw, type=struct)
-    except msgspec.ValidationError as exc:
-        raise bad_request(f"Invalid request body: {exc}") from None
-    except msgspec.DecodeError as exc:
-        raise bad_request(f"Request body is not valid JSON: {exc}") from None
+    return decode_json(raw, struct)
+
+
+_EDGES = (datetime.min, datetime.max)
 
 
 def parse_time(value: str, field: str) -> datetime:
-    """RFC 3339 / ISO 8601: a date-time (no offset means UTC) or a date (midnight UTC)."""
+    """RFC 3339 / ISO 8601: a date-time (no offset means UTC) or a date (midnight UTC).
+
+    Returned in UTC, strictly between the first and last instants Python can hold: an
+    offset that moves a time past either end (``9999-12-31T23:00:00-05:00``) is refused,
+    not wrapped, and so are the two instants themselves, which the database driver would
+    store as -infinity and infinity.
+    """
     from service.errors import bad_request
 
     text = value.strip()
@@ -62,7 +77,15 @@ def parse_time(value: str, field: str) -> datetime:
         ts = datetime.fromisoformat(text)
     except ValueError:
         raise bad_request(
-            f"{field} must be an ISO 8601 timestamp such as 2026-08-14T10:00:00Z, got {value!r}",
-            param=field,
+            f"{field} must be an ISO 8601 timestamp such as 2026-08-14T10:00:00Z", param=field
         ) from None
-    return ts.replace(tzinfo=UTC) if ts.tzinfo is None else ts
+    try:
+        ts = ts.replace(tzinfo=UTC) if ts.tzinfo is None else utc(ts)
+    except (OverflowError, ValueError):
+        ts = _EDGES[0]
+    if ts.replace(tzinfo=None) in _EDGES:
+        raise bad_request(
+            f"{field} must lie after 0001-01-01T00:00:00Z and before 9999-12-31T23:59:59.999999Z",
+            param=field,
+        )
+    return ts

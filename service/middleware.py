@@ -119,16 +119,23 @@ async def context_middleware(request: web.Request, handler: Handler) -> web.Stre
     return response
 
 
+def _ascii(secret: str) -> str:
+    # Keys are ASCII; anything else cannot be one (and may not even encode as UTF-8).
+    if not secret.isascii():
+        raise ApiError(401, "Invalid or revoked API key")
+    return secret
+
+
 def presented_key(request: web.Request) -> str:
     auth = request.headers.get("Authorization")
     if auth is not None:
         scheme, _, token = auth.strip().partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise ApiError(401, "The Authorization header must be 'Bearer <api key>'")
-        return token.strip()
+        return _ascii(token.strip())
     key = request.headers.get("X-API-Key")
     if key is not None and key.strip():
-        return key.strip()
+        return _ascii(key.strip())
     raise ApiError(401, "Missing API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'")
 
 

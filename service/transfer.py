@@ -19,6 +19,7 @@ import msgspec
 
 from service import writes
 from service.errors import ApiError
+from service.inputs import decode_json
 from service.jsonutil import iso, iso_or_none
 from service.queries import memories as q
 from service.queries.keys import Principal
@@ -115,7 +116,6 @@ async def import_lines(
     Every batch before a refused line stays imported; the error names the line.
     """
     result = ImportResult()
-    decoder = msgspec.json.Decoder(writes.MemoryIn)
     principal = service_principal(workspace_id, "cli:import")
     batch: list[tuple[int, writes.MemoryIn]] = []
 
@@ -133,7 +133,6 @@ async def import_lines(
                 result.created += done.created
                 result.deduplicated += done.deduplicated
                 result.upserted += done.upserted
-            await writes.finish(conn, ctx)
         progress(len(batch))
         batch.clear()
 
@@ -141,9 +140,9 @@ async def import_lines(
         if not raw.strip():
             continue
         try:
-            item = decoder.decode(raw)
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            raise ImportError_(f"line {number}: {exc}") from None
+            item = decode_json(raw, writes.MemoryIn, what="Memory")
+        except ApiError as exc:
+            raise ImportError_(f"line {number}: {exc.message}") from None
         item.store = store.id
         batch.append((number, item))
         if len(batch) >= BATCH:

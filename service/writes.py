@@ -3,15 +3,16 @@
 Used by the HTTP write API, the Memory Store face and ``mneme import`` alike, so every
 way in follows the same rules. Each function runs inside the caller's transaction; a
 batch is all-or-nothing because the first failing item raises and the transaction
-rolls back. After the writes, ``touch_stores`` bumps the stores' versions (search cache)
-and notifies the embedding workers — delivered when the transaction commits.
+rolls back. What every change to memories must also do — stamp the store's version (the
+search cache) and wake the embedding workers — triggers on ``memories`` do
+(0007_trust.sql): no function here has to remember it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 import asyncpg
 import msgspec
@@ -19,6 +20,7 @@ from msgspec import UNSET, UnsetType
 
 from service import validation as v
 from service.errors import ApiError, bad_request, conflict, forbidden, not_found
+from service.inputs import check_strings, decode_json
 from service.jsonutil import parse_time
 from service.queries import memories as q
 from service.queries.keys import Principal
@@ -27,6 +29,10 @@ from service.queries.memories import Memory, Store
 MAX_BATCH = 500
 # Text, path, metadata and status changes are what the audit trail records.
 VERSIONED = ("text", "path", "metadata", "status")
+
+
+# proof_count is a PostgreSQL integer.
+ProofCount = Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
 
 
 class ImageIn(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
@@ -46,7 +52,7 @@ class MemoryIn(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
     provider: str | UnsetType = UNSET
     provider_ref: str | UnsetType | None = UNSET
     entity_refs: list[str] | UnsetType = UNSET
-    proof_count: int | UnsetType | None = UNSET
+    proof_count: ProofCount | UnsetType | None = UNSET
     category: str | UnsetType = UNSET
     importance: float | UnsetType = UNSET
     speaker: str | UnsetType | None = UNSET
@@ -73,7 +79,7 @@ class MemoryPatch(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
     expires_at: str | UnsetType | None = UNSET
     transitory: bool | UnsetType = UNSET
     entity_refs: list[str] | UnsetType = UNSET
-    proof_count: int | UnsetType | None = UNSET
+    proof_count: ProofCount | UnsetType | None = UNSET
     event_date: str | UnsetType | None = UNSET
     speaker: str | UnsetType | None = UNSET
 
@@ -94,7 +100,6 @@ class WriteContext:
     default_tier: str = "hindsight"
     stores: dict[str, Store] = field(default_factory=dict)
     speakers: set[tuple[str, str]] = field(default_factory=set)  # (store id, name) seen
-    touched: set[str] = field(default_factory=set)
 
     @property
     def workspace_id(self) -> str:
@@ -103,33 +108,21 @@ class WriteContext:
 
 def decode_items(raw: bytes) -> tuple[list[MemoryIn], bool]:
     """One memory object or ``{"memories": [...]}``; returns the items and whether a batch."""
-    try:
-        top = msgspec.json.decode(raw, type=dict[str, msgspec.Raw])
-    except msgspec.ValidationError:
-        raise bad_request("Request body must be a JSON object") from None
-    except msgspec.DecodeError as exc:
-        raise bad_request(f"Request body is not valid JSON: {exc}") from None
+    # NUL in strings is checked item by item (``write``): the first failing item decides.
+    top = decode_json(raw, dict[str, msgspec.Raw], strings=False)
     if "memories" in top:
         extra = sorted(set(top) - {"memories"})
         if extra:
             raise bad_request(f"A batch body has only 'memories'; unexpected: {', '.join(extra)}")
-        try:
-            parts = msgspec.json.decode(top["memories"], type=list[msgspec.Raw])
-        except msgspec.ValidationError:
-            raise bad_request("memories must be an array of memory objects") from None
+        parts = decode_json(top["memories"], list[msgspec.Raw], what="memories", strings=False)
         if not 1 <= len(parts) <= MAX_BATCH:
             raise bad_request(f"A batch holds 1 to {MAX_BATCH} memories, got {len(parts)}")
-        items = []
-        for i, part in enumerate(parts):
-            try:
-                items.append(msgspec.json.decode(part, type=MemoryIn))
-            except msgspec.ValidationError as exc:
-                raise bad_request(f"memories[{i}]: {exc}") from None
+        items = [
+            decode_json(part, MemoryIn, what=f"memories[{i}]", strings=False)
+            for i, part in enumerate(parts)
+        ]
         return items, True
-    try:
-        return [msgspec.json.decode(raw, type=MemoryIn)], False
-    except msgspec.ValidationError as exc:
-        raise bad_request(f"Invalid memory: {exc}") from None
+    return [decode_json(raw, MemoryIn, what="Memory", strings=False)], False
 
 
 # --- checks that need the database ------------------------------------------------------------
@@ -275,6 +268,7 @@ async def write(
 
 
 async def _write(conn: asyncpg.Connection, ctx: WriteContext, item: MemoryIn) -> Written:
+    check_strings(item)
     columns = columns_of(item)
     store = await store_of(conn, ctx, item.store if item.store is not UNSET else "default")
     if "scope" in columns:
@@ -292,13 +286,20 @@ async def _write(conn: asyncpg.Connection, ctx: WriteContext, item: MemoryIn) ->
     result: Written
     if "provider_ref" in columns:
         await q.lock_identity(conn, ctx.workspace_id, store.id, provider, columns["provider_ref"])
-        existing = await q.by_provider_ref(
-            conn, ctx.workspace_id, store.id, provider, columns["provider_ref"]
+        held = await q.by_provider_ref(
+            conn, ctx.principal, store.id, provider, columns["provider_ref"]
         )
-        if existing is not None:
-            result = await _upsert(conn, ctx, existing, columns)
-        else:
+        if held is None:
             result = await _create(conn, ctx, store, columns)
+        elif held.memory is None:
+            # The identity is unique per store, so it cannot be given to this write either;
+            # say no more than that it is taken (not by what, in which scope, saying what).
+            raise conflict(
+                f"providerRef {columns['provider_ref']!r} of provider {provider!r} is already "
+                f"used in store {store.name!r} by a memory this key cannot access"
+            )
+        else:
+            result = await _upsert(conn, ctx, held.memory, columns)
     elif "path" in columns:
         result = await _create(conn, ctx, store, columns)
     else:
@@ -324,8 +325,6 @@ async def _write(conn: asyncpg.Connection, ctx: WriteContext, item: MemoryIn) ->
 
     if superseded is not None and superseded.id != result.memory.id:
         await q.set_superseded(conn, ctx.workspace_id, superseded.id, result.memory.id)
-        ctx.touched.add(superseded.store_id)
-    ctx.touched.add(store.id)
     return result
 
 
@@ -351,8 +350,8 @@ async def _create(
 async def _upsert(
     conn: asyncpg.Connection, ctx: WriteContext, existing: Memory, columns: dict[str, Any]
 ) -> Written:
-    if "scope" not in columns:
-        check_writable_scope(ctx.principal, existing.scope)
+    """Update the memory holding the identity; the caller can read it (``_write``), and a
+    scope a key can read is one it may write into."""
     changes = _changed(existing, columns)
     if not changes:
         return Written(existing, upserted=True)
@@ -394,7 +393,6 @@ async def patch(
     operation = version_operation(existing, memory)
     if operation is not None:
         await q.add_version(conn, ctx.workspace_id, memory, operation, ctx.principal.key_id)
-    ctx.touched.add(memory.store_id)
     return memory
 
 
@@ -407,7 +405,6 @@ async def delete(conn: asyncpg.Connection, ctx: WriteContext, memory_id: str) ->
         return existing
     memory = await q.update(conn, ctx.workspace_id, existing.id, {"status": "deleted"})
     await q.add_version(conn, ctx.workspace_id, memory, "deleted", ctx.principal.key_id)
-    ctx.touched.add(memory.store_id)
     return memory
 
 
@@ -417,10 +414,3 @@ async def purge(conn: asyncpg.Connection, ctx: WriteContext, memory_id: str) -> 
     if existing is None:
         raise not_found(f"Memory {memory_id!r} not found")
     await q.purge(conn, ctx.workspace_id, existing.id)
-    ctx.touched.add(existing.store_id)
-
-
-async def finish(conn: asyncpg.Connection, ctx: WriteContext) -> None:
-    """Call once after a request's writes, inside its transaction."""
-    if ctx.touched:
-        await q.touch_stores(conn, ctx.workspace_id, sorted(ctx.touched))

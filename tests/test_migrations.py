@@ -223,8 +223,25 @@ async def test_an_upgrade_from_0003_keeps_memories_searchable(
             FROM generate_series(1, 30) g
             """
         )
+        # Records 0007 cannot attribute to a reader or an API key: dropped, not misapplied.
+        await conn.execute(
+            "INSERT INTO idempotency_keys (workspace_id, key, request_sha256, status, response) "
+            "VALUES ('ws_1', 'k1', '\\x00', 201, '\\x00')"
+        )
+        await conn.execute(
+            "INSERT INTO search_cache (workspace_id, store_id, model, options_sha256, query, "
+            "query_tokens, result_tokens, store_version, memory_ids, response, expires_at) "
+            "VALUES ('ws_1', 's_1', 'Tablet 2', '\\x00', 'q', 1, 1, 0, '{}', '\\x00', "
+            "now() + interval '1 hour')"
+        )
         applied = await migrations.migrate(conn)
-        assert applied == ["0004_search_storage", "0005_memory_uses", "0006_text_tokens"]
+        shipped = sorted(p.stem for p in migrations.default_dir().glob("*.sql"))
+        assert applied == shipped[3:]
+        assert await conn.fetchval("SELECT count(*) FROM idempotency_keys") == 0
+        assert await conn.fetchval("SELECT count(*) FROM search_cache") == 0
+        # From 0007 on, a change to a memory stamps its store's version.
+        await conn.execute("UPDATE memories SET category = 'birds' WHERE id = 'mem_2'")
+        assert await conn.fetchval("SELECT version FROM stores WHERE id = 's_1'") != 0
 
         await db._init_connection(conn)
         who = Principal("k", "ws_1", "scale", "service", None, frozenset(), [])

@@ -15,6 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from service.errors import bad_request, not_found
+from service.ids import id_pattern
 from service.jsonutil import iso, json_response
 from service.middleware import principal_of
 from service.queries import browse
@@ -25,6 +26,7 @@ from service.validation import STATUSES, TIERS
 DEFAULT_LIMIT = 25
 MAX_LIMIT = 100
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MEMORY_ID = id_pattern("mem")
 
 
 def encode_cursor(created_at: datetime, memory_id: str) -> str:
@@ -37,7 +39,7 @@ def decode_cursor(cursor: str) -> tuple[datetime, str] | None:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         micros, memory_id = raw.split(":", 1)
-        if not memory_id.startswith("mem_"):
+        if not MEMORY_ID.fullmatch(memory_id):
             return None
         return _EPOCH + timedelta(microseconds=int(micros)), memory_id
     except (binascii.Error, UnicodeDecodeError, ValueError, OverflowError):

@@ -29,14 +29,14 @@ async def create_memories(request: web.Request) -> web.Response:
     principal = principal_of(request)
     raw = await request.read()
     key = request.headers.get("Idempotency-Key")
-    if key is not None and not 1 <= len(key) <= 255:
-        raise bad_request("Idempotency-Key must be 1 to 255 characters")
+    if key is not None and not (1 <= len(key) <= 255 and key.isascii() and key.isprintable()):
+        raise bad_request("Idempotency-Key must be 1 to 255 printable ASCII characters")
     # A replay must be the same request: same method, path and bytes of body.
     fingerprint = hashlib.sha256(f"{request.method} {request.path}\n".encode() + raw).digest()
 
     async with request.app[POOL].acquire() as conn, conn.transaction():
         if key is not None:
-            stored = await idempotency.lock_and_get(conn, principal.workspace_id, key)
+            stored = await idempotency.lock_and_get(conn, principal, key)
             if stored is not None:
                 if stored.request_sha256 != fingerprint:
                     raise conflict(
@@ -54,14 +54,13 @@ async def create_memories(request: web.Request) -> web.Response:
             await writes.write(conn, ctx, item, label=f"memories[{i}]" if batch else "")
             for i, item in enumerate(items)
         ]
-        await writes.finish(conn, ctx)
         if batch:
             status, body = 200, {"memories": [written_object(w) for w in results]}
         else:
             status, body = (201 if results[0].created else 200), written_object(results[0])
         encoded = _encoder.encode(body)
         if key is not None:
-            await idempotency.save(conn, principal.workspace_id, key, fingerprint, status, encoded)
+            await idempotency.save(conn, principal, key, fingerprint, status, encoded)
     return web.Response(body=encoded, status=status, content_type="application/json")
 
 
@@ -78,7 +77,6 @@ async def patch_memory(request: web.Request) -> web.Response:
     ctx = writes.WriteContext(principal_of(request))
     async with request.app[POOL].acquire() as conn, conn.transaction():
         memory = await writes.patch(conn, ctx, request.match_info["memory_id"], body)
-        await writes.finish(conn, ctx)
     return json_response(memory_object(memory))
 
 
@@ -94,10 +92,8 @@ async def delete_memory(request: web.Request) -> web.Response:
             if "admin" not in principal.scopes:
                 raise forbidden("Purging a memory needs the 'admin' scope")
             await writes.purge(conn, ctx, memory_id)
-            await writes.finish(conn, ctx)
             return json_response({"id": memory_id, "purged": True})
         memory = await writes.delete(conn, ctx, memory_id)
-        await writes.finish(conn, ctx)
     return json_response(memory_object(memory))
 
 

@@ -23,7 +23,8 @@ from embeddings import Embedder
 from embeddings.batcher import Vector
 from service import ranking
 from service.errors import ApiError, bad_request, forbidden, not_found
-from service.jsonutil import iso, json_response, parse_time
+from service.inputs import decode_json
+from service.jsonutil import iso, json_response, parse_time, utc
 from service.middleware import phase, principal_of
 from service.queries import memories as q
 from service.queries import search as sq
@@ -71,8 +72,9 @@ def pick_model(header: str | None) -> Model:
     model = MODELS.get(key)
     if model is None:
         names = [m.name for m in MODELS.values()]
+        # The header's value is not repeated: header values never appear in a body.
         raise bad_request(
-            f"Unknown memory model {header!r}; known models: {', '.join(names)}", valid=names
+            f"Unknown memory model in X-WOS-Model; known models: {', '.join(names)}", valid=names
         )
     return model
 
@@ -113,7 +115,8 @@ def _strings(value: Any, name: str) -> list[str]:
     if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
         return list(value)
     raise bad_request(
-        f"filters.{name} must be a string or a non-empty array of strings", param=name
+        f"filters.{name} must be a string or a non-empty array of strings",
+        param=f"filters.{name}",
     )
 
 
@@ -135,31 +138,29 @@ def parse_filters(raw: Any, warnings: list[str]) -> SearchFilters:
     for key in ("created_after", "created_before", "event_after", "event_before"):
         if raw.get(key) is not None:
             if not isinstance(raw[key], str):
-                raise bad_request(f"filters.{key} must be an RFC 3339 string", param=key)
+                raise bad_request(
+                    f"filters.{key} must be an RFC 3339 string", param=f"filters.{key}"
+                )
             out[key] = parse_time(raw[key], f"filters.{key}")
     if raw.get("min_importance") is not None:
         value = raw["min_importance"]
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
             raise bad_request(
-                "filters.min_importance must be a number from 0 to 1", param="min_importance"
+                "filters.min_importance must be a number from 0 to 1",
+                param="filters.min_importance",
             )
         out["min_importance"] = float(value)
     if raw.get("include_superseded") is not None:
         if not isinstance(raw["include_superseded"], bool):
             raise bad_request(
-                "filters.include_superseded must be a boolean", param="include_superseded"
+                "filters.include_superseded must be a boolean", param="filters.include_superseded"
             )
         out["include_superseded"] = raw["include_superseded"]
     return SearchFilters(**out)
 
 
 def parse_request(raw: bytes, model: Model, form_header: str | None) -> SearchRequest:
-    try:
-        body = msgspec.json.decode(raw)
-    except msgspec.DecodeError as exc:
-        raise bad_request(f"Request body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise bad_request("Request body must be a JSON object")
+    body = decode_json(raw, dict[str, Any])
     warnings: list[str] = []
     unknown = sorted(set(body) - set(TOP_LEVEL))
     if unknown:
@@ -237,10 +238,13 @@ def parse_request(raw: bytes, model: Model, form_header: str | None) -> SearchRe
 def render_time(ts: datetime, form: str | None, tz: int) -> str:
     if form is None:
         return iso(ts)
-    local = ts.astimezone(timezone(timedelta(hours=tz)))
+    try:
+        local = ts.astimezone(timezone(timedelta(hours=tz)))
+    except (OverflowError, ValueError):  # past the calendar's end in that zone: shown in UTC
+        local, tz = ts, 0
     if form == "memoir":
         return f"{local:%A}, {local.day} {local:%B %Y, %H:%M}"
-    return f"{local:%Y-%m-%d %H:%M} UTC{tz:+03d}:00"
+    return f"{local.year:04d}-{local:%m-%d %H:%M} UTC{tz:+03d}:00"
 
 
 def render(c: Candidate, req: SearchRequest, strip_temporal: bool) -> dict[str, Any]:
@@ -252,7 +256,8 @@ def render(c: Candidate, req: SearchRequest, strip_temporal: bool) -> dict[str, 
         "importance": c.importance,
     }
     if not strip_temporal:
-        out["time_bucket"] = (c.event_date or c.created_at).astimezone(UTC).strftime("%Y-%m")
+        bucket = utc(c.event_date or c.created_at)
+        out["time_bucket"] = f"{bucket.year:04d}-{bucket.month:02d}"
     out["is_superseded"] = c.superseded_by is not None
     out["superseded_by"] = c.superseded_by
     if not strip_temporal:
@@ -314,11 +319,14 @@ async def _search(
     embedder = slot.embedder
     query_tokens = embedder.count_tokens(req.query)
 
-    # The cache: one entry per (store, model, options); valid while the store is unchanged.
-    options = options_key(req)
+    # The cache: one entry per (store, model, options, reader); valid while the store is
+    # unchanged.
+    cache_key = usage.CacheKey(
+        principal.workspace_id, store.id, model.name, options_key(req), principal.visibility
+    )
     entry = None
     if req.cache is not None:
-        entry = await usage.cached(pool, principal.workspace_id, store.id, model.name, options)
+        entry = await usage.cached(pool, cache_key)
         if entry is not None and entry.store_version != store.version:
             entry = None
         if entry is not None and entry.query == req.query:
@@ -346,7 +354,7 @@ async def _search(
         units = 0.1 * cached_part + rate * (query_tokens - cached_part) + result_tokens
         cache_header = "write"
         await usage.put_cached(
-            pool, principal.workspace_id, store.id, model.name, options,
+            pool, cache_key,
             usage.Cached(req.query, query_tokens, result_tokens, store.version, returned, encoded,
                          datetime.now(UTC)),
             TTL_S[req.cache],
@@ -477,7 +485,7 @@ VERIFY_DEPTH = 80
 
 
 def day_of(c: Candidate) -> Hashable:
-    return (c.event_date or c.created_at).astimezone(UTC).date()
+    return utc(c.event_date or c.created_at).date()
 
 
 def verify_passes(

@@ -196,10 +196,10 @@ async def delete_store(request: web.Request) -> web.Response:
         raise conflict("The default store cannot be deleted")
     workspace = principal_of(request).workspace_id
     async with request.app[POOL].acquire() as conn, conn.transaction():
-        active = await sq.count_active(conn, workspace, store.id)
-        if active and force != "true":
+        # No count in the message: it would include memories the caller cannot read.
+        if force != "true" and await sq.has_active(conn, workspace, store.id):
             raise conflict(
-                f"Memory store {store.name!r} holds {active} active memories; "
+                f"Memory store {store.name!r} still holds active memories; "
                 "delete them first or pass force=true"
             )
         await sq.delete_store(conn, workspace, store.id)
@@ -219,7 +219,6 @@ async def create_memory(request: web.Request) -> web.Response:
     )
     async with request.app[POOL].acquire() as conn, conn.transaction():
         written = await writes.write(conn, ctx, item)
-        await writes.finish(conn, ctx)
     return json_response(full_object(written.memory), status=201)
 
 
@@ -282,7 +281,6 @@ async def update_memory(request: web.Request) -> web.Response:
                 metadata=UNSET if body.metadata is UNSET else body.metadata,
             )
             memory = await writes.patch(conn, ctx, memory.id, patch)
-            await writes.finish(conn, ctx)
     return json_response(full_object(memory))
 
 
@@ -295,7 +293,6 @@ async def delete_memory(request: web.Request) -> web.Response:
             conn, principal, store, request.match_info["memory_id"], for_update=True
         )
         await writes.delete(conn, ctx, memory.id)
-        await writes.finish(conn, ctx)
     return json_response(
         {
             "id": memory.id,

@@ -59,6 +59,15 @@ class Principal:
     def is_service(self) -> bool:
         return self.kind == "service"
 
+    @property
+    def visibility(self) -> str:
+        """What this key may read, as one string: two keys with the same visibility read
+        exactly the same memories (the arguments of ``mneme_readable``). Whatever is kept
+        for a reader (a cached search answer) is kept under it."""
+        if self.is_service:
+            return "service"
+        return f"member:{self.member} rooms:{','.join(sorted(self.rooms))}"
+
 
 KEY_COLUMNS = "id, kind, member_id AS member, scopes, name, created_at, revoked_at"
 

@@ -16,8 +16,6 @@ from service.ids import new_id
 from service.queries import Conn
 from service.queries.keys import Principal
 
-NOTIFY_CHANNEL = "mneme_embed"
-
 
 @dataclass(frozen=True)
 class Store:
@@ -145,17 +143,6 @@ async def resolve_store(conn: Conn, workspace_id: str, ref: str) -> Store | None
     return None if row is None else Store(**dict(row.items()))
 
 
-BUMP_STORE = """
-UPDATE stores SET version = version + 1 WHERE workspace_id = $1 AND id = ANY($2::text[])
-"""
-
-
-async def touch_stores(conn: asyncpg.Connection, workspace_id: str, store_ids: list[str]) -> None:
-    """After a write: invalidate the stores' search caches and wake the workers (on commit)."""
-    await conn.execute(BUMP_STORE, workspace_id, sorted(set(store_ids)))
-    await conn.execute("SELECT pg_notify($1, '')", NOTIFY_CHANNEL)
-
-
 SELECT_SPEAKERS = """
 SELECT 'me' AS name, s.created_at FROM stores s WHERE s.workspace_id = $1 AND s.id = $2
 UNION ALL
@@ -248,19 +235,33 @@ async def get_media(conn: Conn, principal: Principal, memory_id: str) -> tuple[b
 
 
 SELECT_BY_PROVIDER_REF = f"""
-SELECT {MEMORY_COLUMNS} FROM memories m
+SELECT {MEMORY_COLUMNS}, mneme_readable(m.scope, $5, $6, $7) AS readable
+FROM memories m
 WHERE m.workspace_id = $1 AND m.store_id = $2 AND m.provider = $3 AND m.provider_ref = $4
 FOR UPDATE
 """
 
 
+@dataclass(frozen=True)
+class Held:
+    """The memory that holds a sync identity, if the caller may read it."""
+
+    memory: Memory | None  # None: held by a memory the caller cannot read
+
+
 async def by_provider_ref(
-    conn: Conn, workspace_id: str, store_id: str, provider: str, provider_ref: str
-) -> Memory | None:
+    conn: Conn, principal: Principal, store_id: str, provider: str, provider_ref: str
+) -> Held | None:
+    """Who holds (store, provider, providerRef): ``None`` when nobody does."""
     row = await conn.fetchrow(
-        SELECT_BY_PROVIDER_REF, workspace_id, store_id, provider, provider_ref
-    )
-    return None if row is None else _memory(row)
+        SELECT_BY_PROVIDER_REF, principal.workspace_id, store_id, provider, provider_ref,
+        principal.is_service, principal.member, principal.rooms,
+    )  # fmt: skip
+    if row is None:
+        return None
+    values = dict(row.items())
+    readable = values.pop("readable")
+    return Held(Memory(**values) if readable else None)
 
 
 SELECT_DUPLICATE = f"""

@@ -65,7 +65,7 @@ async def create_store(
 
 UPDATE_STORE = f"""
 UPDATE stores SET name = $3, description = $4, metadata = $5, strip_temporal = $6,
-                  version = version + 1, updated_at = now()
+                  version = mneme_write_version(), updated_at = now()
 WHERE workspace_id = $1 AND id = $2
 RETURNING {STORE_COLUMNS}
 """
@@ -117,16 +117,17 @@ async def list_stores(
     return stores, len(rows) > limit
 
 
-ACTIVE_COUNT = """
-SELECT count(*) FROM memories WHERE workspace_id = $1 AND store_id = $2 AND status = 'active'
+HAS_ACTIVE = """
+SELECT EXISTS (
+    SELECT 1 FROM memories WHERE workspace_id = $1 AND store_id = $2 AND status = 'active'
+)
 """
 
 DELETE_STORE = "DELETE FROM stores WHERE workspace_id = $1 AND id = $2"
 
 
-async def count_active(conn: Conn, workspace_id: str, store_id: str) -> int:
-    value: int = await conn.fetchval(ACTIVE_COUNT, workspace_id, store_id)
-    return value
+async def has_active(conn: Conn, workspace_id: str, store_id: str) -> bool:
+    return bool(await conn.fetchval(HAS_ACTIVE, workspace_id, store_id))
 
 
 async def delete_store(conn: asyncpg.Connection, workspace_id: str, store_id: str) -> None:

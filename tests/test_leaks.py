@@ -1,0 +1,222 @@
+"""No memory leaves the service for a key that cannot read it (SPEC §9).
+
+Every test here uses two personal keys of one workspace that see different things:
+alice is in room ``ops``, bob is not. Each exit a memory could take — a cached search
+answer, a sync upsert, an idempotency replay, an error message, a count — is tried with
+the key that must not see it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+import pytest
+
+from service.faces.search import TOUCHER
+from service.state import POOL
+from tests.helpers import ADMIN, Client, auth, make_key, make_member
+
+SEARCH = "/api/v1/memory/search"
+SECRET_TEXT = "The ops room rotates the payroll database password every Tuesday."
+CACHED: dict[str, Any] = {"type": "ephemeral", "ttl": "5m"}
+
+
+@pytest.fixture
+async def keys(client: Client) -> dict[str, str]:
+    """alice (in room ops) and bob (not), both personal keys that read and write."""
+    await make_member(client, "alice")
+    await make_member(client, "bob")
+    resp = await client.post(
+        "/api/v1/rooms", json={"id": "ops", "members": ["alice"]}, headers=ADMIN
+    )
+    assert resp.status == 201
+    scopes = ["memory:read", "memory:write"]
+    return {
+        "alice": await make_key(client, kind="personal", member="alice", scopes=scopes),
+        "bob": await make_key(client, kind="personal", member="bob", scopes=scopes),
+    }
+
+
+async def write(client: Client, key: str, body: dict[str, Any], status: int = 201) -> Any:
+    resp = await client.post("/api/v1/memories", json=body, headers=auth(key))
+    assert resp.status == status, await resp.text()
+    return await resp.json()
+
+
+async def cached_search(client: Client, key: str, query: str) -> tuple[str, list[str]]:
+    body = {"user_id": "default", "query": query, "max_results": 5, "cache_control": CACHED}
+    resp = await client.post(SEARCH, json=body, headers=auth(key))
+    assert resp.status == 200, await resp.text()
+    out = await resp.json()
+    ids = [m["id"] for part in ("memories", "self_memories", "images") for m in out[part]]
+    return resp.headers["X-Cache"], ids
+
+
+# --- the search cache -------------------------------------------------------------------------
+
+
+async def test_a_cached_answer_is_never_served_to_a_key_that_sees_less(
+    client: Client, keys: dict[str, str]
+) -> None:
+    secret = (await write(client, keys["alice"], {"text": SECRET_TEXT, "scope": "room:ops"}))["id"]
+    public = (await write(client, keys["alice"], {"text": "Payroll runs on the 25th."}))["id"]
+    query = "when is the payroll password rotated"
+
+    assert await cached_search(client, keys["alice"], query) == ("write", [secret, public])
+    assert await cached_search(client, keys["alice"], query) == ("hit", [secret, public])
+    # bob asks the same with the same options: computed for him, without the room's memory.
+    assert await cached_search(client, keys["bob"], query) == ("write", [public])
+    assert await cached_search(client, keys["bob"], query) == ("hit", [public])
+    # ...and alice still gets her own answer, not bob's narrower one.
+    assert await cached_search(client, keys["alice"], query) == ("hit", [secret, public])
+
+
+async def test_a_key_that_sees_more_never_gets_the_narrower_cached_answer(
+    client: Client, keys: dict[str, str]
+) -> None:
+    secret = (await write(client, keys["alice"], {"text": SECRET_TEXT, "scope": "room:ops"}))["id"]
+    query = "payroll database password"
+    assert await cached_search(client, keys["bob"], query) == ("write", [])
+    assert await cached_search(client, keys["alice"], query) == ("write", [secret])
+    # The service key reads everything: an entry of its own as well.
+    state, ids = await cached_search(client, ADMIN["Authorization"][7:], query)
+    assert (state, ids) == ("write", [secret])
+
+
+async def test_joining_a_room_is_a_different_reader(client: Client, keys: dict[str, str]) -> None:
+    secret = (await write(client, keys["alice"], {"text": SECRET_TEXT, "scope": "room:ops"}))["id"]
+    query = "payroll database password"
+    assert await cached_search(client, keys["bob"], query) == ("write", [])
+    resp = await client.put("/api/v1/rooms/ops/members/bob", headers=ADMIN)
+    assert resp.status == 200
+    assert await cached_search(client, keys["bob"], query) == ("write", [secret])
+    resp = await client.delete("/api/v1/rooms/ops/members/bob", headers=ADMIN)
+    assert resp.status == 200
+    assert await cached_search(client, keys["bob"], query) == ("hit", [])
+
+
+async def test_last_used_is_stamped_only_for_what_the_reader_was_given(
+    client: Client, keys: dict[str, str], conn: asyncpg.Connection
+) -> None:
+    secret = (await write(client, keys["alice"], {"text": SECRET_TEXT, "scope": "room:ops"}))["id"]
+    public = (await write(client, keys["alice"], {"text": "Payroll runs on the 25th."}))["id"]
+    query = "when is the payroll password rotated"
+    assert (await cached_search(client, keys["alice"], query))[0] == "write"
+    await client.app[TOUCHER].flush(client.app[POOL])
+    await conn.execute("DELETE FROM memory_uses")
+    # bob's miss and bob's hit stamp only what bob was given.
+    assert (await cached_search(client, keys["bob"], query))[0] == "write"
+    assert (await cached_search(client, keys["bob"], query))[0] == "hit"
+    await client.app[TOUCHER].flush(client.app[POOL])
+    stamped = {r["memory_id"] for r in await conn.fetch("SELECT memory_id FROM memory_uses")}
+    assert stamped == {public}
+    assert secret not in stamped
+
+
+# --- sync upserts -------------------------------------------------------------------------------
+
+
+async def test_an_upsert_cannot_take_over_a_memory_the_caller_cannot_read(
+    client: Client, keys: dict[str, str]
+) -> None:
+    private = {"text": SECRET_TEXT, "scope": "pair:alice:carol", "provider": "sync",
+               "providerRef": "r1"}  # fmt: skip
+    original = await write(client, keys["alice"], private)
+    attempts: list[dict[str, Any]] = [
+        {"provider": "sync", "providerRef": "r1", "scope": "workspace"},
+        {"provider": "sync", "providerRef": "r1", "scope": "workspace", "text": "pwned"},
+        {"provider": "sync", "providerRef": "r1", "text": "pwned"},  # no scope: keep the stored one
+        {"provider": "sync", "providerRef": "r1", "category": "x"},
+    ]
+    for body in attempts:
+        resp = await client.post("/api/v1/memories", json=body, headers=auth(keys["bob"]))
+        assert resp.status == 409, await resp.text()
+        message = (await resp.json())["error"]["message"]
+        for leaked in ("pair", "alice", "carol", "payroll", original["id"]):
+            assert leaked not in message.lower(), message
+        # A batch refuses the same way, naming its index and nothing more.
+        resp = await client.post(
+            "/api/v1/memories", json={"memories": [body]}, headers=auth(keys["bob"])
+        )
+        assert resp.status == 409
+        assert "pair" not in (await resp.json())["error"]["message"]
+
+    stored = await (await client.get(f"/api/v1/memories/{original['id']}", headers=ADMIN)).json()
+    assert (stored["scope"], stored["text"], stored["category"]) == (
+        "pair:alice:carol", SECRET_TEXT, "general"
+    )  # fmt: skip
+    versions = await client.get(f"/api/v1/memories/{original['id']}/versions", headers=ADMIN)
+    assert len((await versions.json())["data"]) == 1
+    # The owner still upserts it as before.
+    again = await write(client, keys["alice"], {**private, "category": "secrets"}, status=200)
+    assert again["upserted"] and again["category"] == "secrets"
+
+
+async def test_an_unused_provider_ref_names_no_scope(client: Client, keys: dict[str, str]) -> None:
+    # A personal key writing into a scope it cannot read is told about its own request
+    # only; nothing about whatever memory holds an id it passes as providerRef.
+    other = await write(client, keys["alice"], {"text": SECRET_TEXT, "scope": "pair:alice:carol"})
+    resp = await client.post(
+        "/api/v1/memories",
+        json={"text": "x", "providerRef": other["id"], "scope": "room:ops"},
+        headers=auth(keys["bob"]),
+    )
+    assert resp.status == 403
+    assert "pair" not in (await resp.json())["error"]["message"]
+
+
+# --- idempotency --------------------------------------------------------------------------------
+
+
+async def test_an_idempotency_key_belongs_to_the_api_key_that_used_it(
+    client: Client, keys: dict[str, str], conn: asyncpg.Connection
+) -> None:
+    body = {"text": SECRET_TEXT, "scope": "room:ops"}
+    headers = {"Idempotency-Key": "retry-1"}
+    first = await client.post(
+        "/api/v1/memories", json=body, headers={**auth(keys["alice"]), **headers}
+    )
+    assert first.status == 201
+    # bob with the same header and body: a new request, checked like one (bob cannot
+    # write into room:ops), never the first response.
+    resp = await client.post(
+        "/api/v1/memories", json=body, headers={**auth(keys["bob"]), **headers}
+    )
+    assert resp.status == 403
+    assert "Idempotent-Replayed" not in resp.headers
+    assert SECRET_TEXT not in await resp.text()
+    # bob with a body he may write: his own request (here folded into alice's duplicate,
+    # which he can read), not a replay of anything.
+    public = {"text": "Payroll runs on the 25th."}
+    await write(client, keys["alice"], public)
+    resp = await client.post(
+        "/api/v1/memories", json=public, headers={**auth(keys["bob"]), **headers}
+    )
+    assert resp.status == 200 and (await resp.json())["deduplicated"]
+    assert "Idempotent-Replayed" not in resp.headers
+    # alice's retry is still replayed, and nothing was written twice.
+    again = await client.post(
+        "/api/v1/memories", json=body, headers={**auth(keys["alice"]), **headers}
+    )
+    assert again.status == 201 and again.headers["Idempotent-Replayed"] == "true"
+    assert await again.json() == await first.json()
+    count = await conn.fetchval("SELECT count(*) FROM memories WHERE text = $1", SECRET_TEXT)
+    assert count == 1
+
+
+# --- counts -------------------------------------------------------------------------------------
+
+
+async def test_refusing_to_delete_a_store_counts_nothing(client: Client) -> None:
+    await make_member(client, "dana")
+    dana = await make_key(client, kind="personal", member="dana", scopes=["admin", "memory:write"])
+    resp = await client.post("/api/v1/forward/memory_stores", json={"name": "s1"}, headers=ADMIN)
+    store = (await resp.json())["id"]
+    for i in range(3):
+        body = {"text": f"private {i}", "store": store, "scope": "pair:erin:frank"}
+        assert (await client.post("/api/v1/memories", json=body, headers=ADMIN)).status == 201
+    resp = await client.delete(f"/api/v1/forward/memory_stores/{store}", headers=auth(dana))
+    assert resp.status == 409
+    message = (await resp.json())["error"]["message"]
+    assert not any(ch.isdigit() for ch in message.replace("s1", "")), message

@@ -1,0 +1,205 @@
+"""What every change to memories must do happens in the database (SPEC §9).
+
+Stamping the store's version (which invalidates its cached searches) and waking the
+embedding workers are done by triggers on ``memories`` (0007_trust.sql), so no write
+path can forget them: each way a memory changes is tried here against a cached search.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any
+
+import asyncpg
+import pytest
+
+from embeddings.model import SentenceTransformerEmbedder
+from embeddings.worker import CHANNEL, Worker
+from service import db
+from service.queries import memories as q
+from service.settings import Settings
+from tests.helpers import ADMIN, Client
+
+SEARCH = "/api/v1/memory/search"
+BODY: dict[str, Any] = {"user_id": "default", "query": "oat milk", "max_results": 5,
+                        "cache_control": {"type": "ephemeral", "ttl": "1h"}}  # fmt: skip
+
+
+async def cache_state(client: Client) -> str:
+    resp = await client.post(SEARCH, json=BODY, headers=ADMIN)
+    assert resp.status == 200, await resp.text()
+    state: str = resp.headers["X-Cache"]
+    return state
+
+
+async def primed(client: Client) -> None:
+    """A cached answer that the next identical search hits."""
+    await cache_state(client)
+    assert await cache_state(client) == "hit"
+
+
+async def new_memory(client: Client, **fields: Any) -> str:
+    resp = await client.post(
+        "/api/v1/memories", json={"text": "Alice drinks oat milk.", **fields}, headers=ADMIN
+    )
+    assert resp.status in (200, 201), await resp.text()
+    memory_id: str = (await resp.json())["id"]
+    return memory_id
+
+
+async def test_every_way_a_memory_changes_invalidates_cached_searches(
+    client: Client, conn: asyncpg.Connection
+) -> None:
+    memory = await new_memory(client)
+    path_store = (await (await client.get("/api/v1/forward/memory_stores/default",
+                                          headers=ADMIN)).json())["id"]  # fmt: skip
+    resp = await client.post(
+        f"/api/v1/forward/memory_stores/{path_store}/memories",
+        json={"path": "notes/milk.md", "content": "oat milk notes"},
+        headers=ADMIN,
+    )
+    path_memory = (await resp.json())["id"]
+
+    async def patch(body: dict[str, Any]) -> None:
+        resp = await client.patch(f"/api/v1/memories/{memory}", json=body, headers=ADMIN)
+        assert resp.status == 200, await resp.text()
+
+    async def dedupe() -> None:
+        await new_memory(client)  # the same text again: proofCount goes up, no new row
+
+    async def upsert() -> None:
+        await new_memory(client, provider="crm", providerRef="c1")
+        await primed(client)
+        await new_memory(client, provider="crm", providerRef="c1", category="drinks")
+
+    async def supersede() -> None:
+        await new_memory(client, text="Alice switched to soy milk.", supersedes=memory)
+
+    async def store_face_update() -> None:
+        resp = await client.post(
+            f"/api/v1/forward/memory_stores/{path_store}/memories/{path_memory}",
+            json={"content": "oat milk, barista edition"},
+            headers=ADMIN,
+        )
+        assert resp.status == 200
+
+    async def store_face_delete() -> None:
+        resp = await client.delete(
+            f"/api/v1/forward/memory_stores/{path_store}/memories/{path_memory}", headers=ADMIN
+        )
+        assert resp.status == 200
+
+    async def retention() -> None:
+        await conn.execute(
+            "UPDATE memories SET expires_at = now() - interval '1 minute' WHERE id = $1", memory
+        )
+        await primed(client)  # setting expires_at was itself a change
+        async with conn.transaction():
+            assert [m.id for _, m in await q.archive_due(conn, 3600.0)] == [memory]
+
+    async def restore() -> None:
+        await patch({"status": "active"})
+
+    async def delete() -> None:
+        assert (await client.delete(f"/api/v1/memories/{memory}", headers=ADMIN)).status == 200
+
+    async def purge() -> None:
+        resp = await client.delete(f"/api/v1/memories/{memory}?purge=true", headers=ADMIN)
+        assert resp.status == 200
+
+    async def direct_sql() -> None:
+        # Not through the service at all: the rule is the database's.
+        await conn.execute("UPDATE memories SET importance = 0.9 WHERE id = $1", path_memory)
+
+    changes: list[tuple[str, Any]] = [
+        ("create", lambda: new_memory(client, text="Bob drinks oat milk too.")),
+        ("patch text", lambda: patch({"text": "Alice drinks oat milk lattes."})),
+        ("patch category", lambda: patch({"category": "drinks"})),
+        ("archive", lambda: patch({"status": "archived"})),
+        ("restore", restore),
+        ("dedupe", dedupe),
+        ("upsert", upsert),
+        ("supersede", supersede),
+        ("store face update", store_face_update),
+        ("direct SQL", direct_sql),
+        ("store face delete", store_face_delete),
+        ("retention", retention),
+        ("delete", delete),
+        ("purge", purge),
+    ]
+    for name, change in changes:
+        await primed(client)
+        await change()
+        assert await cache_state(client) == "write", name
+
+
+async def test_the_workers_vectors_leave_the_cache_and_the_queue_alone(
+    client: Client, db_url: str, conn: asyncpg.Connection, embedder: SentenceTransformerEmbedder
+) -> None:
+    await new_memory(client)
+    await primed(client)
+    version = await conn.fetchval("SELECT version FROM stores WHERE name = 'default'")
+    heard: list[str] = []
+    await conn.add_listener(CHANNEL, lambda *args: heard.append(args[1]))
+    pool = await db.create_pool(db_url, Settings(database_url=db_url, pool_min=1, pool_max=2))
+    try:
+        assert await Worker(pool, embedder).drain() == 1
+    finally:
+        await pool.close()
+    await asyncio.sleep(0.2)
+    assert heard == []  # storing a vector does not wake the workers again
+    assert await conn.fetchval("SELECT version FROM stores WHERE name = 'default'") == version
+    assert await cache_state(client) == "hit"
+
+
+async def test_a_write_wakes_the_workers_when_it_commits(
+    client: Client, conn: asyncpg.Connection
+) -> None:
+    heard: asyncio.Queue[str] = asyncio.Queue()
+    await conn.add_listener(CHANNEL, lambda *args: heard.put_nowait(args[1]))
+    memory = await new_memory(client)
+    await asyncio.wait_for(heard.get(), timeout=5)
+    # A change to what is embedded queues it again, and wakes them again.
+    resp = await client.patch(
+        f"/api/v1/memories/{memory}", json={"text": "Alice drinks soy milk."}, headers=ADMIN
+    )
+    assert resp.status == 200
+    await asyncio.wait_for(heard.get(), timeout=5)
+
+
+async def test_a_rolled_back_write_changes_no_version(
+    client: Client, conn: asyncpg.Connection
+) -> None:
+    await new_memory(client)
+    await primed(client)
+    with pytest.raises(asyncpg.CheckViolationError):
+        async with conn.transaction():
+            await conn.execute("UPDATE memories SET importance = 0.7")
+            await conn.execute("UPDATE memories SET importance = 7")
+    assert await cache_state(client) == "hit"
+
+
+async def test_the_change_trigger_watches_every_column_but_the_workers(
+    conn: asyncpg.Connection,
+) -> None:
+    # Columns that may change without a reader seeing a difference: identity, the
+    # worker's (vector, queue state, token count) and what is derived or bookkeeping.
+    unwatched = {
+        "workspace_id", "id", "created_at", "updated_at", "search_tsv", "text_tokens",
+        "embedding", "embedding_model", "embedding_status", "embedding_generation",
+        "embedding_attempts", "embedding_error", "embedding_lease_until",
+    }  # fmt: skip
+    columns = {
+        r["column_name"]
+        for r in await conn.fetch(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'memories'"
+        )
+    }
+    definition = await conn.fetchval(
+        "SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgname = 'memories_changed_update'"
+    )
+    for column in columns - unwatched:
+        assert re.search(rf"\bold\.{column}\b", definition, re.IGNORECASE), column
+        assert re.search(rf"\bnew\.{column}\b", definition, re.IGNORECASE), column
+    assert unwatched <= columns  # the list above names real columns
