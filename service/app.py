@@ -26,6 +26,7 @@ from service.middleware import access_middleware, context_middleware
 from service.queries import idempotency, ratelimit, search, usage
 from service.queries import memories as q
 from service.routes import ROUTES, Route
+from service.server import standard_headers
 from service.settings import Settings
 from service.state import METRICS, MODEL, POOL, ROUTE_SPECS, SETTINGS, Model
 
@@ -78,6 +79,7 @@ def create_app(
     for spec in ROUTES:
         specs[app.router.add_route(spec.method, spec.path, spec.handler)] = spec
     app[ROUTE_SPECS] = specs
+    app.on_response_prepare.append(standard_headers)
 
     async def database(app: web.Application) -> AsyncIterator[None]:
         url = await db.resolve_url(settings)

@@ -54,22 +54,13 @@ def _split(raw: str) -> list[str]:
 
 
 def cmd_serve(settings: Settings, args: argparse.Namespace) -> None:
-    from aiohttp import web
-
-    from service import logs
+    from service import logs, server
     from service.app import create_app
 
     logs.configure(settings.log_level)
     app = create_app(settings)
     print(f"Mneme listening on http://{settings.host}:{settings.port}", file=sys.stderr)
-    web.run_app(
-        app,
-        host=settings.host,
-        port=settings.port,
-        shutdown_timeout=settings.shutdown_timeout,
-        access_log=None,
-        print=None,
-    )
+    server.serve(app, settings)
 
 
 async def cmd_migrate(settings: Settings, args: argparse.Namespace) -> None:

@@ -13,17 +13,22 @@ as a 400 naming the parameter:
   so the first failing item decides the answer, whatever it fails on.
 
 A JSON body nested deeper than the decoder allows is a 400 too, not a RecursionError.
+Bodies are read under a deadline (``MNEME_BODY_TIMEOUT``: 408 past it), and a client
+that goes away mid-body is answered 400 (it will not see it) rather than logged as a
+failure of the service.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import msgspec
 from aiohttp import web
 
-from service.errors import bad_request
+from service.errors import ApiError, bad_request
+from service.state import SETTINGS
 
 T = TypeVar("T")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -100,6 +105,26 @@ def check_json_strings(raw: bytes) -> None:
         return  # not valid JSON: the decoder's own error says so
     if path is not None:
         _refuse(path)
+
+
+async def body_of(request: web.Request) -> bytes:
+    """The request's body, whole, within the body deadline."""
+    timeout = request.app[SETTINGS].body_timeout
+    try:
+        async with asyncio.timeout(timeout):
+            return await request.read()
+    except TimeoutError:
+        raise ApiError(408, f"The request body did not arrive within {timeout:g} seconds") from None
+    except (ConnectionResetError, web.RequestPayloadError):
+        raise bad_request("The connection closed before the request body was complete") from None
+
+
+async def read_body(request: web.Request, struct: type[T]) -> T:
+    """Read, decode and validate the JSON body into ``struct``; any failure is a 4xx."""
+    raw = await body_of(request)
+    if not raw.strip():
+        raise bad_request("Request body must be a JSON object")
+    return decode_json(raw, struct)
 
 
 def decode_json(

@@ -48,17 +48,6 @@ def json_response(
     )
 
 
-async def read_body(request: web.Request, struct: type[T]) -> T:
-    """Decode and validate the JSON body into ``struct``; any failure is a 400."""
-    from service.errors import bad_request  # local: errors imports this module
-    from service.inputs import decode_json
-
-    raw = await request.read()
-    if not raw.strip():
-        raise bad_request("Request body must be a JSON object")
-    return decode_json(raw, struct)
-
-
 _EDGES = (datetime.min, datetime.max)
 
 

@@ -82,6 +82,10 @@ class Settings:
     max_body_bytes: int = 16 * 1024 * 1024
     # Seconds aiohttp waits for in-flight requests after SIGTERM before closing them.
     shutdown_timeout: float = 30.0
+    # Slow clients: seconds to send a request's line and headers (and how long an idle
+    # keep-alive connection stays open), and seconds to send its body.
+    header_timeout: float = 30.0
+    body_timeout: float = 60.0
 
     @property
     def embedded(self) -> bool:
@@ -149,6 +153,10 @@ class Settings:
             kwargs["shutdown_timeout"] = float(
                 _parse_int("MNEME_SHUTDOWN_TIMEOUT", timeout, 0, 3600)
             )
+        for name, attr in (("MNEME_HEADER_TIMEOUT", "header_timeout"),
+                           ("MNEME_BODY_TIMEOUT", "body_timeout")):  # fmt: skip
+            if (raw := get(name)) is not None:
+                kwargs[attr] = float(_parse_int(name, raw, 1, 3600))
         settings = cls(**kwargs)  # type: ignore[arg-type]
         if settings.pool_min > settings.pool_max:
             raise SettingsError("MNEME_POOL_MIN must not exceed MNEME_POOL_MAX")

@@ -9,21 +9,25 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
 
 import asyncpg
 import pytest
-from aiohttp import web
+from aiohttp.test_utils import TestServer
+from aiohttp.web_runner import BaseRunner
 
 from embeddings.model import SentenceTransformerEmbedder
 from service import db, migrations
 from service.app import create_app
+from service.server import runner_for
 from service.settings import Settings
+from service.state import SETTINGS
 from tests.helpers import BOOTSTRAP_KEY, Client
 
 TEMPLATE = "mneme_template"
 _counter = itertools.count()
 
-AiohttpClient = Callable[[web.Application], Awaitable[Client]]
+AiohttpServerClient = Callable[[TestServer], Awaitable[Client]]
 
 
 class PgServer:
@@ -121,13 +125,22 @@ def embedder() -> SentenceTransformerEmbedder:
     return SentenceTransformerEmbedder()
 
 
+class MnemeTestServer(TestServer):
+    """A test server built like ``mneme serve`` builds its own (``service.server``)."""
+
+    async def _make_runner(self, **kwargs: Any) -> BaseRunner:
+        # As in production: a handler runs to its end when its client goes away.
+        kwargs["handler_cancellation"] = False
+        return runner_for(self.app, self.app[SETTINGS], **kwargs)
+
+
 @pytest.fixture
 def make_client(
-    aiohttp_client: AiohttpClient, embedder: SentenceTransformerEmbedder
+    aiohttp_client: AiohttpServerClient, embedder: SentenceTransformerEmbedder
 ) -> Callable[[Settings], Awaitable[Client]]:
     async def make(settings: Settings) -> Client:
         app = create_app(settings, embedder=embedder, announce_key=lambda _: None)
-        return await aiohttp_client(app)
+        return await aiohttp_client(MnemeTestServer(app))
 
     return make
 

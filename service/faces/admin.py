@@ -9,7 +9,8 @@ from aiohttp import web
 
 from service.errors import ApiError, bad_request, conflict, not_found
 from service.ids import is_name
-from service.jsonutil import iso, iso_or_none, json_response, read_body
+from service.inputs import read_body
+from service.jsonutil import iso, iso_or_none, json_response
 from service.middleware import principal_of
 from service.queries import keys, tenancy
 from service.state import POOL

@@ -11,7 +11,8 @@ from aiohttp import web
 
 from service import writes
 from service.errors import bad_request, conflict, forbidden, not_found
-from service.jsonutil import iso, json_response, read_body
+from service.inputs import body_of, read_body
+from service.jsonutil import iso, json_response
 from service.middleware import principal_of
 from service.queries import idempotency
 from service.queries import memories as q
@@ -27,7 +28,7 @@ def written_object(w: writes.Written) -> dict[str, Any]:
 
 async def create_memories(request: web.Request) -> web.Response:
     principal = principal_of(request)
-    raw = await request.read()
+    raw = await body_of(request)
     key = request.headers.get("Idempotency-Key")
     if key is not None and not (1 <= len(key) <= 255 and key.isascii() and key.isprintable()):
         raise bad_request("Idempotency-Key must be 1 to 255 printable ASCII characters")

@@ -23,7 +23,7 @@ from embeddings import Embedder
 from embeddings.batcher import Vector
 from service import ranking
 from service.errors import ApiError, bad_request, forbidden, not_found
-from service.inputs import decode_json
+from service.inputs import body_of, decode_json
 from service.jsonutil import iso, json_response, parse_time, utc
 from service.middleware import phase, principal_of
 from service.queries import memories as q
@@ -275,7 +275,7 @@ def render(c: Candidate, req: SearchRequest, strip_temporal: bool) -> dict[str, 
 
 async def search(request: web.Request) -> web.Response:
     model = pick_model(request.headers.get("X-WOS-Model"))
-    req = parse_request(await request.read(), model, request.headers.get("X-WOS-Form"))
+    req = parse_request(await body_of(request), model, request.headers.get("X-WOS-Form"))
     # The model encodes the query while the store is looked up (~1 ms saved of each
     # search). Not for a cacheable search: a cache hit needs no vector.
     queries = request.app[MODEL].queries

@@ -6,7 +6,8 @@ import msgspec
 from aiohttp import web
 
 from service.errors import bad_request, conflict, not_found
-from service.jsonutil import iso, json_response, read_body
+from service.inputs import read_body
+from service.jsonutil import iso, json_response
 from service.middleware import principal_of
 from service.queries import memories as q
 from service.state import POOL

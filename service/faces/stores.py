@@ -19,7 +19,8 @@ from service import writes
 from service.errors import bad_request, conflict, not_found
 from service.faces.memories import versions_body
 from service.ids import is_name
-from service.jsonutil import iso, json_response, read_body
+from service.inputs import read_body
+from service.jsonutil import iso, json_response
 from service.middleware import principal_of
 from service.queries import memories as q
 from service.queries import stores as sq

@@ -1,0 +1,131 @@
+"""The HTTP server around the app: what happens before the app sees a request.
+
+aiohttp answers a request it cannot parse (a request line or header over its limits,
+bytes that are not HTTP) itself, as plain text that echoes the offending bytes (a bearer
+secret included) and with an error traceback in the log. Here such a request gets the
+one JSON error shape (431 when something is too large, 400 otherwise) and one log line
+at info level that names the problem, never the bytes.
+
+Slow clients: a connection must deliver a complete request line and headers within
+``header_timeout`` seconds of opening (or of its previous response, on keep-alive),
+else it is closed; bodies are read under their own deadline (``service.inputs``).
+
+Every response names the server without versions and carries ``nosniff``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
+from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
+from aiohttp.web_runner import GracefulExit
+
+from service.errors import ApiError, render_error
+from service.settings import Settings
+
+log = logging.getLogger("mneme.http")
+
+SERVER = "mneme"
+
+
+async def standard_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """``on_response_prepare``: on every response the app sends."""
+    response.headers["Server"] = SERVER
+    response.headers["X-Content-Type-Options"] = "nosniff"
+
+
+def _refusal(exc: BaseException | None, status: int) -> ApiError:
+    if isinstance(exc, LineTooLong) or (
+        isinstance(exc, BadHttpMessage) and "Too many headers" in exc.message
+    ):
+        return ApiError(
+            431,
+            "The request line or its headers are too large",
+            kind="invalid_request_error",
+        )
+    if status >= 500:
+        return ApiError(status, "The server could not handle the request")
+    return ApiError(400, "The request is not valid HTTP", kind="invalid_request_error")
+
+
+class JsonErrorRequestHandler(RequestHandler):
+    """aiohttp's connection handler, with its own error responses in the API's shape."""
+
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if request.writer.output_size > 0:  # a response is already on its way: cut it
+            raise ConnectionError("response already started")
+        error = _refusal(exc, status)
+        # The exception's text quotes the request's bytes: name its type only.
+        log.info(
+            "request refused before routing",
+            extra={"status": error.status, "reason": type(exc).__name__ if exc else None},
+        )
+        response = render_error(error)
+        response.headers["Server"] = SERVER
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.force_close()
+        return response
+
+
+class JsonErrorServer(web.Server):
+    def __call__(self) -> RequestHandler:
+        return JsonErrorRequestHandler(self, loop=self._loop, **self._kwargs)
+
+
+class Runner(web.AppRunner):
+    """``web.AppRunner`` whose connections use ``JsonErrorRequestHandler``."""
+
+    async def _make_server(self) -> web.Server:
+        server = await super()._make_server()
+        server.__class__ = JsonErrorServer  # same state; only the handler class differs
+        return server
+
+
+def runner_for(app: web.Application, settings: Settings, **kwargs: Any) -> Runner:
+    return Runner(
+        app,
+        keepalive_timeout=settings.header_timeout,
+        shutdown_timeout=settings.shutdown_timeout,
+        access_log=None,  # service.middleware writes the access log
+        **kwargs,
+    )
+
+
+def serve(app: web.Application, settings: Settings) -> None:
+    """Run until SIGTERM or SIGINT, then shut down gracefully (as ``web.run_app``)."""
+
+    async def main() -> None:
+        runner = runner_for(app, settings, handle_signals=True)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, settings.host, settings.port).start()
+            await asyncio.Event().wait()  # until a signal raises GracefulExit
+        finally:
+            await runner.cleanup()
+
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    task = loop.create_task(main())
+    try:
+        loop.run_until_complete(task)
+    except (GracefulExit, KeyboardInterrupt):
+        pass
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                loop.run_until_complete(task)
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()

@@ -1,0 +1,151 @@
+"""What happens before the app sees a request: unparseable requests, slow and vanishing
+clients, and the headers every response carries (service/server.py).
+
+Raw sockets against the test server, which is built like ``mneme serve`` builds its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from service.settings import Settings
+from tests.helpers import ADMIN, BOOTSTRAP_KEY, Client
+
+SECRET = "mneme_sk_do-not-echo-me"
+
+
+async def exchange(client: Client, data: bytes, *, read_s: float = 5.0) -> bytes:
+    """Send raw bytes; everything the server answers until it closes (or ``read_s``)."""
+    reader, writer = await asyncio.open_connection(client.server.host, client.server.port)
+    writer.write(data)
+    await writer.drain()
+    out = b""
+    try:
+        async with asyncio.timeout(read_s):
+            while chunk := await reader.read(65536):
+                out += chunk
+    except TimeoutError:
+        pass
+    writer.close()
+    return out
+
+
+def parse(response: bytes) -> tuple[int, dict[str, str], dict[str, Any]]:
+    head, _, body = response.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    return status, headers, json.loads(body)
+
+
+def request(head: str, body: bytes = b"") -> bytes:
+    return head.replace("\n", "\r\n").encode() + b"\r\n" + body
+
+
+@pytest.mark.parametrize(
+    ("raw", "status"),
+    [
+        # A header over aiohttp's 8190-byte limit, with a bearer secret in it.
+        (
+            request(
+                f"GET /api/v1/memories HTTP/1.1\nHost: x\nAuthorization: Bearer {SECRET}"
+                + "A" * 9000
+                + "\n"
+            ),
+            431,
+        ),
+        (request("GET /api/v1/memories?q=" + "a" * 9000 + " HTTP/1.1\nHost: x\n"), 431),
+        (request("GET / HTTP/1.1\nHost: x\n" + "".join(f"X-{i}: v\n" for i in range(200))), 431),
+        (request(f"GET / HTTP/1.1\nHost: x\nAuthorization: Bearer {SECRET}\x01\n"), 400),
+        (request(f"GET /\x01{SECRET} HTTP/1.1\nHost: x\n"), 400),
+        (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + SECRET.encode() + b"\r\n\r\n", 400),
+    ],
+)
+async def test_an_unparseable_request_gets_the_json_error_and_echoes_nothing(
+    client: Client, caplog: pytest.LogCaptureFixture, raw: bytes, status: int
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    answer = await exchange(client, raw)
+    got, headers, body = parse(answer)
+    assert got == status
+    assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
+    assert headers["content-type"].startswith("application/json")
+    assert headers["server"] == "mneme"
+    assert SECRET not in answer.decode("latin-1") and "AAAA" not in answer.decode("latin-1")
+    assert not any(SECRET in r.getMessage() or r.exc_info for r in caplog.records)
+    assert not any(SECRET in str(r.__dict__) for r in caplog.records)
+    # ...and the service goes on serving.
+    resp = await client.get("/api/v1/members", headers=ADMIN)
+    assert resp.status == 200
+
+
+@pytest.fixture
+async def impatient(
+    make_client: Callable[[Settings], Awaitable[Client]], settings: Settings
+) -> Client:
+    return await make_client(settings.with_overrides(header_timeout=1.0, body_timeout=1.0))
+
+
+async def test_headers_that_never_finish_get_the_connection_closed(impatient: Client) -> None:
+    started = asyncio.get_running_loop().time()
+    answer = await exchange(impatient, b"GET /api/v1/members HTTP/1.1\r\nHost: x\r\nX-Sl", read_s=8)
+    assert answer == b""  # closed without a word
+    assert asyncio.get_running_loop().time() - started < 5
+
+
+async def test_a_body_that_stops_arriving_is_a_408(impatient: Client) -> None:
+    head = (
+        f"POST /api/v1/memories HTTP/1.1\nHost: x\nAuthorization: Bearer {BOOTSTRAP_KEY}\n"
+        "Content-Type: application/json\nContent-Length: 100\n"
+    )
+    answer = await exchange(impatient, request(head, b'{"text": "'), read_s=8)
+    status, _, body = parse(answer)
+    assert status == 408
+    assert body["error"]["type"] == "invalid_request_error"
+    resp = await impatient.get("/api/v1/memories", headers=ADMIN)
+    assert (await resp.json())["data"] == []
+
+
+async def test_a_client_gone_mid_body_is_no_server_error(
+    client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    head = (
+        f"POST /api/v1/memories HTTP/1.1\nHost: x\nAuthorization: Bearer {BOOTSTRAP_KEY}\n"
+        "Content-Type: application/json\nContent-Length: 1000\n"
+    )
+    _, writer = await asyncio.open_connection(client.server.host, client.server.port)
+    writer.write(request(head, b'{"text": "cut'))
+    await writer.drain()
+    await asyncio.sleep(0.2)
+    writer.close()
+    for _ in range(50):
+        access = [r for r in caplog.records if r.name == "mneme.access"]
+        if access:
+            break
+        await asyncio.sleep(0.05)
+    assert [getattr(r, "status", None) for r in access] == [400]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+
+
+async def test_every_response_names_the_server_without_versions_and_says_nosniff(
+    client: Client,
+) -> None:
+    png = "iVBORw0KGgoAAAAAAAAAAAAAAAAAAAA="
+    resp = await client.post(
+        "/api/v1/memories",
+        json={"text": "a lake", "image": {"data": png, "mimeType": "image/png"}},
+        headers=ADMIN,
+    )
+    media = f"/api/v1/memories/{(await resp.json())['id']}/media"
+    for method, path in (("GET", media), ("GET", "/healthz"), ("GET", "/nowhere"),
+                         ("DELETE", "/healthz"), ("GET", "/api/v1/members")):  # fmt: skip
+        resp = await client.request(method, path, headers=ADMIN)
+        assert resp.headers["Server"] == "mneme", path
+        assert resp.headers["X-Content-Type-Options"] == "nosniff", path
