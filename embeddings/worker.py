@@ -175,10 +175,16 @@ class Worker:
         pool: asyncpg.Pool,
         embedder: Embedder,
         config: WorkerConfig | None = None,
+        *,
+        on_error: Callable[[BaseException], None] | None = None,
     ) -> None:
         self.pool = pool
         self.embedder = embedder
         self.config = config or WorkerConfig()
+        # How a failed batch or LISTEN is reported (the loop goes on after the poll
+        # interval either way): the service passes its outage log, one warning per
+        # interval while the database is away; by default, a traceback.
+        self.on_error = on_error or _log_error
         self.stats = WorkerStats()
         self._wake = asyncio.Event()
         # One long-lived thread for the model: torch/oneDNN warm per-thread caches, which a
@@ -211,8 +217,11 @@ class Worker:
             await asyncio.sleep(self.config.lease_s / 3)
             try:
                 await self.pool.execute(RENEW, workspaces, ids, self.config.lease_s)
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
-                log.warning("could not renew a lease; the batch may be claimed twice")
+            except Exception as exc:
+                log.warning(
+                    "could not renew a lease; the batch may be claimed twice",
+                    extra={"error": f"{type(exc).__name__}: {exc}"[:300]},
+                )
 
     # --- one batch ------------------------------------------------------------------------
 
@@ -387,6 +396,31 @@ class Worker:
     def _notified(self, *args: object) -> None:
         self._wake.set()
 
+    async def _listen(self, old: asyncpg.Connection | None) -> asyncpg.Connection | None:
+        """A connection listening on ``CHANNEL`` (a new one if ``old`` was lost: a
+        restarted database drops it), or ``None`` while that fails (polling meanwhile)."""
+        if old is not None:
+            try:
+                if not old.is_closed():
+                    return old
+            except asyncpg.InterfaceError:
+                pass  # lost, and already taken back by the pool
+            else:
+                with contextlib.suppress(Exception):
+                    await self.pool.release(old)
+        try:
+            conn: asyncpg.Connection = await self.pool.acquire()
+        except Exception as exc:
+            self.on_error(exc)
+            return None
+        try:
+            await conn.add_listener(CHANNEL, self._notified)
+        except Exception as exc:
+            await self.pool.release(conn)
+            self.on_error(exc)
+            return None
+        return conn  # rows written while nobody listened: the drain that follows finds them
+
     async def run(self, stop: asyncio.Event) -> None:
         """Until ``stop`` is set: drain, then sleep until notified or ``poll_s`` passes.
 
@@ -394,17 +428,15 @@ class Worker:
         """
         listener: asyncpg.Connection | None = None
         try:
-            listener = await self.pool.acquire()
-            await listener.add_listener(CHANNEL, self._notified)
-        except Exception:
-            log.exception("LISTEN failed; falling back to polling")
-        try:
             while not stop.is_set():
                 self._wake.clear()
                 try:
+                    listener = await self._listen(listener)
                     claimed = await self.drain(stop)
-                except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
-                    log.exception("worker batch failed; retrying after the poll interval")
+                except Exception as exc:
+                    # Whatever it was (the database away, a bug), the loop must go on: a
+                    # worker task that died would leave the queue to grow unseen.
+                    self.on_error(exc)
                     claimed = 0
                 if claimed:
                     continue
@@ -421,7 +453,12 @@ class Worker:
             if listener is not None:
                 with contextlib.suppress(Exception):
                     await listener.remove_listener(CHANNEL, self._notified)
-                await self.pool.release(listener)
+                with contextlib.suppress(Exception):  # lost: the pool has it back already
+                    await self.pool.release(listener)
+
+
+def _log_error(exc: BaseException) -> None:
+    log.error("worker batch failed; retrying after the poll interval", exc_info=exc)
 
 
 async def queue_state(conn: asyncpg.Connection | asyncpg.Pool) -> tuple[int, float]:

@@ -23,12 +23,13 @@ from service.faces.search import METER, TOUCHER, Toucher
 from service.inputs import input_middleware
 from service.metrics import Metrics
 from service.middleware import access_middleware, context_middleware
+from service.outage import Outage
 from service.queries import idempotency, ratelimit, search, usage
 from service.queries import memories as q
 from service.routes import ROUTES, Route
 from service.server import standard_headers
 from service.settings import Settings
-from service.state import METRICS, MODEL, POOL, ROUTE_SPECS, SETTINGS, Model
+from service.state import METRICS, MODEL, OUTAGE, POOL, ROUTE_SPECS, SETTINGS, Model
 
 log = logging.getLogger("mneme.app")
 
@@ -75,6 +76,7 @@ def create_app(
     app[SETTINGS] = settings
     app[METRICS] = Metrics()
     app[MODEL] = Model()
+    app[OUTAGE] = Outage()
     specs: dict[web.AbstractRoute, Route] = {}
     for spec in ROUTES:
         specs[app.router.add_route(spec.method, spec.path, spec.handler)] = spec
@@ -142,8 +144,8 @@ async def touch_returned(app: web.Application) -> AsyncIterator[None]:
             try:
                 await meter.flush(app[POOL])
                 await toucher.flush(app[POOL])
-            except Exception:
-                log.exception("could not record usage or last_used_at; will retry")
+            except Exception as exc:
+                app[OUTAGE].note(exc, log, "could not record usage or last_used_at; will retry")
                 toucher.wake.set()
 
     task = asyncio.create_task(loop(), name="mneme-touch")
@@ -163,7 +165,10 @@ async def embedding_worker(app: web.Application) -> AsyncIterator[None]:
         slot = app[MODEL]
         await slot.ready.wait()
         assert slot.embedder is not None
-        worker = Worker(app[POOL], slot.embedder, worker_config(app[SETTINGS]))
+        worker = Worker(
+            app[POOL], slot.embedder, worker_config(app[SETTINGS]),
+            on_error=lambda exc: app[OUTAGE].note(exc, log, "worker batch failed"),
+        )  # fmt: skip
         worker.stats.observers.append(metrics.observe_batch)
         try:
             await worker.run(stop)
@@ -209,8 +214,8 @@ async def janitor(app: web.Application) -> AsyncIterator[None]:
                 if since_retention >= settings.retention_interval_s:
                     since_retention = 0.0
                     await retention()
-            except Exception:
-                log.exception("janitor pass failed; will retry")
+            except Exception as exc:
+                app[OUTAGE].note(exc, log, "janitor pass failed; will retry")
             await asyncio.sleep(min(JANITOR_INTERVAL_S, settings.retention_interval_s))
             since_retention += min(JANITOR_INTERVAL_S, settings.retention_interval_s)
 

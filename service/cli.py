@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
@@ -23,9 +24,12 @@ from embeddings.worker import Worker, queue_state, requeue
 from service import db, migrations, transfer
 from service.app import worker_config
 from service.ids import is_name
+from service.outage import Outage
 from service.queries import keys, tenancy
 from service.queries import memories as q
 from service.settings import TIERS, Settings, SettingsError
+
+log = logging.getLogger("mneme.worker")
 
 
 class CliError(Exception):
@@ -208,7 +212,11 @@ async def cmd_worker(settings: Settings, args: argparse.Namespace) -> None:
     logs.configure(settings.log_level)
     embedder = await asyncio.to_thread(_embedder, settings)
     async with db.connect(settings, pool_max=3) as pool:
-        worker = Worker(pool, embedder, worker_config(settings))
+        outage = Outage()
+        worker = Worker(
+            pool, embedder, worker_config(settings),
+            on_error=lambda exc: outage.note(exc, log, "worker batch failed"),
+        )  # fmt: skip
         try:
             if args.once:
                 count = await worker.drain()

@@ -25,6 +25,8 @@ from service.settings import Settings
 
 log = logging.getLogger("mneme.db")
 
+CONNECT_TIMEOUT_S = 5.0
+
 # memories.embedding and memory_chunks.embedding are vector(384) (all-MiniLM-L6-v2).
 VECTOR_DIMENSION = 384
 
@@ -196,6 +198,9 @@ async def create_pool(url: str, settings: Settings) -> asyncpg.Pool:
         max_size=settings.pool_max,
         init=_init_connection,
         command_timeout=60,
+        # A database that does not answer fails a request (503) within seconds, not after
+        # asyncpg's default minute.
+        timeout=CONNECT_TIMEOUT_S,
     )
     return pool
 

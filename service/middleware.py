@@ -21,9 +21,10 @@ from aiohttp import web
 
 from service.errors import KIND_BY_STATUS, ApiError, render_error
 from service.ids import new_id
+from service.outage import RETRY_AFTER_S, is_unavailable
 from service.queries import keys
 from service.queries.keys import Principal
-from service.state import METRICS, POOL, ROUTE_SPECS, SETTINGS
+from service.state import METRICS, OUTAGE, POOL, ROUTE_SPECS, SETTINGS
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -58,6 +59,25 @@ def _from_http_exception(request: web.Request, exc: web.HTTPException) -> ApiErr
     return ApiError(status, message, kind=KIND_BY_STATUS.get(status, "invalid_request_error"))
 
 
+def _unexpected(request: web.Request, exc: Exception) -> ApiError:
+    """An exception no handler turned into an ``ApiError``: the database being away (503,
+    reported by ``service.outage``), or a bug (500: the traceback goes to the log under
+    the request id, the client sees only the id)."""
+    if is_unavailable(exc):
+        request.app[OUTAGE].failed(exc)
+        return ApiError(
+            503,
+            "The database is unavailable; retry shortly",
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        )
+    request_id = request[REQUEST_ID]
+    log.exception(
+        "unhandled error",
+        extra={"request_id": request_id, "method": request.method, "path": request.path},
+    )
+    return ApiError(500, f"Internal server error; quote request id {request_id} when reporting it")
+
+
 @web.middleware
 async def context_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     request_id = new_id("req")
@@ -77,14 +97,11 @@ async def context_middleware(request: web.Request, handler: Handler) -> web.Stre
         response = render_error(_from_http_exception(request, exc))
     except asyncio.CancelledError:
         raise
-    except Exception:
-        log.exception(
-            "unhandled error",
-            extra={"request_id": request_id, "method": request.method, "path": request.path},
-        )
-        response = render_error(
-            ApiError(500, f"Internal server error; quote request id {request_id} when reporting it")
-        )
+    except Exception as exc:
+        response = render_error(_unexpected(request, exc))
+    else:
+        if request.get(PRINCIPAL) is not None and response.status < 500:
+            request.app[OUTAGE].recovered()  # a key was checked: the database answered
     elapsed = time.perf_counter() - started
     response.headers["request-id"] = request_id
     # Time spent in the service (not the network): lets clients and benchmarks tell

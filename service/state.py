@@ -11,6 +11,7 @@ from aiohttp import web
 
 from embeddings import Embedder
 from embeddings.batcher import QueryEncoder
+from service.outage import Outage
 from service.settings import Settings
 
 if TYPE_CHECKING:
@@ -42,3 +43,4 @@ POOL = web.AppKey("pool", asyncpg.Pool)
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
 ROUTE_SPECS: web.AppKey[dict[web.AbstractRoute, Route]] = web.AppKey("route_specs")
 MODEL = web.AppKey("model", Model)
+OUTAGE = web.AppKey("outage", Outage)

@@ -12,7 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from embeddings.worker import queue_state
 from service import migrations
 from service.jsonutil import json_response
-from service.state import METRICS, MODEL, POOL
+from service.state import METRICS, MODEL, OUTAGE, POOL
 
 log = logging.getLogger("mneme.ops")
 
@@ -36,8 +36,8 @@ async def readyz(request: web.Request) -> web.Response:
                 await migrations.check_current(conn)
             except migrations.MigrationError as exc:
                 body["migrations"] = str(exc)
-    except Exception:
-        log.exception("readiness check: database unreachable")
+    except Exception as exc:
+        request.app[OUTAGE].note(exc, log, "readiness check failed")
         body["database"] = "unreachable"
     if body["database"] != "ok" or body["migrations"] != "ok" or body["model"] != "ready":
         body["status"] = "unavailable"
@@ -51,8 +51,8 @@ async def metrics(request: web.Request) -> web.Response:
         depth, lag = await queue_state(request.app[POOL])
         m.embedding_queue.set(depth)
         m.embedding_lag.set(lag)
-    except Exception:
-        log.exception("metrics: could not read the embedding queue")
+    except Exception as exc:
+        request.app[OUTAGE].note(exc, log, "metrics: could not read the embedding queue")
     body = generate_latest(m.registry)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

@@ -1,0 +1,94 @@
+"""Database outages: recognised, answered 503 with Retry-After, reported once per interval.
+
+With PostgreSQL down (stopped, restarting, crashed, refusing connections), every request
+that needs it fails the same way for a while. Each such failure is answered
+``503 api_error`` with ``Retry-After`` (``service.middleware``), and the log gets one
+warning when the outage starts, one every ``REPORT_EVERY_S`` while it lasts (with how
+many failures it has caused), and one when a request succeeds again: not a traceback per
+request. The pool reconnects by itself, so the service recovers without a restart.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import asyncpg
+
+log = logging.getLogger("mneme.db")
+
+RETRY_AFTER_S = 2
+REPORT_EVERY_S = 30.0
+# SQLSTATE classes that mean "the database is not there for you right now":
+# 08 connection exception, 53 insufficient resources (too many connections),
+# 57 operator intervention (shutting down, starting up, crashed).
+UNAVAILABLE_CLASSES = ("08", "53", "57")
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database cannot be reached, rather than that a query was
+    wrong: such a failure is the database's state, not the request's fault."""
+    if isinstance(exc, asyncpg.PostgresError):
+        return (exc.sqlstate or "")[:2] in UNAVAILABLE_CLASSES
+    if isinstance(exc, asyncpg.InterfaceError):
+        # "connection is closed", "pool is closing": a connection lost under the request.
+        return "clos" in str(exc)
+    if isinstance(exc, asyncpg.InternalClientError):
+        # The server ended an idle pooled connection (shutting down) just as a query was
+        # sent on it: asyncpg's protocol state then refuses the query ("cannot switch to
+        # state 12; another operation is in progress", MagicStack/asyncpg#1069).
+        # SQLAlchemy's asyncpg dialect treats it as a disconnect for the same reason.
+        return True
+    # Refused, reset, no socket file, or no answer within the connect/command timeout.
+    return isinstance(exc, OSError | TimeoutError)
+
+
+class Outage:
+    """The state of the database as this process last saw it, for the log."""
+
+    def __init__(self, report_every_s: float = REPORT_EVERY_S) -> None:
+        self.report_every_s = report_every_s
+        self.since: float | None = None  # monotonic time of the first failure
+        self.failures = 0
+        self._reported_at = 0.0
+
+    @property
+    def ongoing(self) -> bool:
+        return self.since is not None
+
+    def failed(self, exc: BaseException) -> None:
+        now = time.monotonic()
+        self.failures += 1
+        if self.since is None:
+            self.since = now
+        elif now - self._reported_at < self.report_every_s:
+            return
+        self._reported_at = now
+        log.warning(
+            "database unavailable; answering 503 until it is back",
+            extra={
+                "error": f"{type(exc).__name__}: {exc}"[:300],
+                "failures": self.failures,
+                "for_s": round(now - self.since, 1),
+            },
+        )
+
+    def note(self, exc: BaseException, logger: logging.Logger, what: str) -> None:
+        """A failure of background work (or a probe): an outage is reported as above,
+        anything else is an error with its traceback."""
+        if is_unavailable(exc):
+            self.failed(exc)
+        else:
+            logger.error(what, exc_info=exc)
+
+    def recovered(self) -> None:
+        if self.since is None:
+            return
+        log.warning(
+            "database available again",
+            extra={
+                "failures": self.failures,
+                "for_s": round(time.monotonic() - self.since, 1),
+            },
+        )
+        self.since, self.failures = None, 0
