@@ -110,7 +110,7 @@ def free_port() -> int:
 class Server:
     """`mneme serve` on embedded PostgreSQL in ``data_dir``, as a user would run it."""
 
-    def __init__(self, data_dir: Path, key: str, **env: str) -> None:
+    def __init__(self, data_dir: Path, key: str, *, log: Path | None = None, **env: str) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.data_dir = data_dir
@@ -119,9 +119,10 @@ class Server:
             MNEME_DATA_DIR=str(data_dir), MNEME_PORT=str(self.port), MNEME_BOOTSTRAP_KEY=key,
             MNEME_LOG_LEVEL="WARNING", MNEME_RATE_LIMITS="scale=10000000", **env,
         )  # fmt: skip
+        out = subprocess.DEVNULL if log is None else log.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "service.cli", "serve"], env=full_env,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT,
+            stdout=out, stderr=out, cwd=ROOT,
         )  # fmt: skip
 
     async def ready(self, within_s: float = 180) -> None:

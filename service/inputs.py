@@ -34,6 +34,11 @@ T = TypeVar("T")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+# Tokens the service made and reads back itself: whatever is not one of them is ignored
+# (SPEC §3.2: a malformed browse cursor scans from the top), NUL included.
+OPAQUE = frozenset({"cursor"})
+
+
 def string_problem(value: str) -> str | None:
     """Why ``value`` cannot be stored as text, or ``None``."""
     if "\x00" in value:
@@ -53,6 +58,8 @@ def check_request_strings(request: web.Request) -> None:
     for name, value in request.query.items():
         if (problem := string_problem(name)) is not None:
             raise bad_request(f"A query parameter name {problem}")
+        if name in OPAQUE:
+            continue
         if (problem := string_problem(value)) is not None:
             raise bad_request(f"Query parameter {name} {problem}", param=name)
 

@@ -54,6 +54,32 @@ def check_text(text: str, field: str = "text") -> bytes:
     return raw
 
 
+# What counts as blank (an empty category, a query of spaces) and what a list item in a
+# query string is trimmed of: ASCII whitespace, as the OpenAPI document's patterns say it.
+BLANK = " \t\n\r\f\v"
+INT4_MAX = 2**31 - 1
+
+
+def is_blank(value: str) -> bool:
+    return not value.strip(BLANK)
+
+
+def whole_number(value: float, field: str, lo: int, hi: int) -> int:
+    """An integer field, which JSON may also spell ``3.0`` (JSON Schema's integers include
+    it): a whole number from ``lo`` to ``hi``, else a 400."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise bad_request(f"{field} must be an integer from {lo} to {hi}", param=field)
+    if isinstance(value, float) and not value.is_integer():
+        raise bad_request(f"{field} must be a whole number, got {value}", param=field)
+    if not lo <= value <= hi:
+        raise bad_request(
+            f"{field} must be from {lo} to {hi}, got {value}: out-of-range values are refused, "
+            "not clamped",
+            param=field,
+        )
+    return int(value)
+
+
 def sha256_hex(raw: bytes) -> str:
     return hashlib.sha256(raw).hexdigest()
 

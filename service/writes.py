@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Any
 
 import asyncpg
 import msgspec
@@ -29,10 +29,6 @@ from service.queries.memories import Memory, Store
 MAX_BATCH = 500
 # Text, path, metadata and status changes are what the audit trail records.
 VERSIONED = ("text", "path", "metadata", "status")
-
-
-# proof_count is a PostgreSQL integer.
-ProofCount = Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
 
 
 class ImageIn(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
@@ -52,7 +48,7 @@ class MemoryIn(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
     provider: str | UnsetType = UNSET
     provider_ref: str | UnsetType | None = UNSET
     entity_refs: list[str] | UnsetType = UNSET
-    proof_count: ProofCount | UnsetType | None = UNSET
+    proof_count: int | float | UnsetType | None = UNSET  # whole numbers: v.whole_number
     category: str | UnsetType = UNSET
     importance: float | UnsetType = UNSET
     speaker: str | UnsetType | None = UNSET
@@ -79,7 +75,7 @@ class MemoryPatch(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
     expires_at: str | UnsetType | None = UNSET
     transitory: bool | UnsetType = UNSET
     entity_refs: list[str] | UnsetType = UNSET
-    proof_count: ProofCount | UnsetType | None = UNSET
+    proof_count: int | float | UnsetType | None = UNSET  # whole numbers: v.whole_number
     event_date: str | UnsetType | None = UNSET
     speaker: str | UnsetType | None = UNSET
 
@@ -191,7 +187,7 @@ def columns_of(item: MemoryIn | MemoryPatch) -> dict[str, Any]:
     if item.importance is not UNSET:
         c["importance"] = v.check_importance(item.importance)
     if item.category is not UNSET:
-        if not item.category.strip():
+        if v.is_blank(item.category):
             raise bad_request("category must not be empty", param="category")
         c["category"] = item.category
     if item.metadata is not UNSET:
@@ -203,16 +199,18 @@ def columns_of(item: MemoryIn | MemoryPatch) -> dict[str, Any]:
     if item.entity_refs is not UNSET:
         c["entity_refs"] = item.entity_refs
     if item.proof_count is not UNSET:
-        if item.proof_count is not None and item.proof_count < 0:
-            raise bad_request("proofCount must not be negative", param="proofCount")
-        c["proof_count"] = item.proof_count
+        c["proof_count"] = (
+            None
+            if item.proof_count is None
+            else v.whole_number(item.proof_count, "proofCount", 0, v.INT4_MAX)
+        )
     if item.event_date is not UNSET:
         c["event_date"] = _time(item.event_date, "eventDate")
     if item.speaker is not UNSET:
         c["speaker"] = item.speaker
     if isinstance(item, MemoryIn):
         if item.provider is not UNSET:
-            if not item.provider.strip():
+            if v.is_blank(item.provider):
                 raise bad_request("provider must not be empty", param="provider")
             c["provider"] = item.provider
         if item.provider_ref not in (UNSET, None):

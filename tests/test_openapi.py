@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
+
+import msgspec
 
 from service.routes import ROUTES
 from tests.helpers import Client
@@ -46,3 +49,78 @@ async def test_llms_txt_mentions_every_api_path(client: Client) -> None:
     for route in ROUTES:
         stem = route.path.split("{")[0].rstrip("/")
         assert stem in text, route.path
+
+
+# The types each handler decodes its body into: the document must name the same fields,
+# and require the same ones, so a field added to a handler cannot be left undocumented
+# (and Schemathesis, tests/test_fuzz.py, holds the constraints to what handlers enforce).
+def _bodies() -> dict[tuple[str, str], type[msgspec.Struct]]:
+    from service import writes
+    from service.faces import admin, speakers, stores
+
+    store = "/api/v1/forward/memory_stores"
+    return {
+        ("POST", "/api/v1/members"): admin.MemberIn,
+        ("POST", "/api/v1/rooms"): admin.RoomIn,
+        ("POST", "/api/v1/keys"): admin.KeyIn,
+        ("POST", "/api/v1/memories"): writes.MemoryIn,
+        ("PATCH", "/api/v1/memories/{memory_id}"): writes.MemoryPatch,
+        ("POST", "/api/v1/stores/{store}/speakers"): speakers.SpeakerIn,
+        ("POST", store): stores.StoreCreate,
+        ("POST", store + "/{store_id}"): stores.StoreUpdate,
+        ("POST", store + "/{store_id}/memories"): stores.PathMemoryCreate,
+        ("POST", store + "/{store_id}/memories/{memory_id}"): stores.PathMemoryUpdate,
+    }
+
+
+def _resolve(doc: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in schema:
+        node: Any = doc
+        for part in schema["$ref"].removeprefix("#/").split("/"):
+            node = node[part]
+        schema = node
+    return schema
+
+
+def _object_schemas(doc: dict[str, Any], schema: dict[str, Any]) -> list[dict[str, Any]]:
+    schema = _resolve(doc, schema)
+    alternatives = schema.get("oneOf") or schema.get("anyOf")
+    if alternatives and "properties" not in schema:
+        return [s for alt in alternatives for s in _object_schemas(doc, alt)]
+    return [schema]
+
+
+async def test_request_bodies_document_the_fields_their_handlers_decode(client: Client) -> None:
+    doc: dict[str, Any] = await (await client.get("/openapi.json")).json()
+    for (method, path), struct in _bodies().items():
+        body = doc["paths"][path][method.lower()]["requestBody"]["content"]["application/json"]
+        schemas = _object_schemas(doc, body["schema"])
+        if struct.__name__ == "MemoryIn":  # one memory, or {"memories": [...]}
+            schemas = [s for s in schemas if "memories" not in s.get("properties", {})]
+        (schema,) = schemas
+        fields = msgspec.structs.fields(struct)
+        assert set(schema["properties"]) == {f.encode_name for f in fields}, path
+        required = {f.encode_name for f in fields if f.required}
+        assert set(schema.get("required", [])) == required, path
+        assert schema.get("additionalProperties") is False, path  # unknown fields are a 400
+
+
+async def test_the_search_body_documents_what_the_parser_reads(client: Client) -> None:
+    from service.faces import search
+
+    doc: dict[str, Any] = await (await client.get("/openapi.json")).json()
+    schema = _resolve(doc, {"$ref": "#/components/schemas/SearchRequest"})
+    assert set(schema["properties"]) == set(search.TOP_LEVEL)
+    (filters,) = [
+        s for s in _object_schemas(doc, schema["properties"]["filters"]) if "properties" in s
+    ]
+    assert set(filters["properties"]) == set(search.FILTER_KEYS)
+
+
+async def test_every_route_documents_its_path_parameters(client: Client) -> None:
+    doc: dict[str, Any] = await (await client.get("/openapi.json")).json()
+    for route in ROUTES:
+        item = doc["paths"][route.path]
+        params = item.get("parameters", []) + item[route.method.lower()].get("parameters", [])
+        documented = {p["name"] for p in params if p["in"] == "path"}
+        assert documented == set(re.findall(r"{(\w+)}", route.path)), route.path

@@ -128,7 +128,7 @@ async def add_room_member(request: web.Request) -> web.Response:
 
 async def remove_room_member(request: web.Request) -> web.Response:
     room_id = request.match_info["room_id"]
-    member_id = request.match_info["member_id"]
+    member_id = check_name(request.match_info["member_id"], "member id")
     workspace = principal_of(request).workspace_id
     async with request.app[POOL].acquire() as conn:
         room = await tenancy.remove_room_member(conn, workspace, room_id, member_id)

@@ -57,7 +57,7 @@ def _list(request: web.Request, name: str) -> list[str] | None:
     raw = _param(request, name)
     if raw is None:
         return None
-    items = [item.strip() for item in raw.split(",") if item.strip()]
+    items = [item.strip(" \t") for item in raw.split(",") if item.strip(" \t")]
     return items or None
 
 

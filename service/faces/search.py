@@ -31,8 +31,10 @@ from service.queries import search as sq
 from service.queries import usage
 from service.queries.search import Candidate, SearchFilters
 from service.state import MODEL, POOL
+from service.validation import is_blank, whole_number
 
 USER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 MAX_QUERY_BYTES = 8192
 FILTER_KEYS = (
     "category", "tier", "fact_type", "scope", "entity", "created_after", "created_before",
@@ -97,16 +99,7 @@ class SearchRequest:
 def _int(body: dict[str, Any], name: str, lo: int, hi: int, default: int) -> int:
     if name not in body or body[name] is None:
         return default
-    value = body[name]
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise bad_request(f"{name} must be an integer from {lo} to {hi}", param=name)
-    if not lo <= value <= hi:
-        raise bad_request(
-            f"{name} must be from {lo} to {hi}, got {value}: out-of-range values are refused, "
-            "not clamped",
-            param=name,
-        )
-    return value
+    return whole_number(body[name], name, lo, hi)
 
 
 def _strings(value: Any, name: str) -> list[str]:
@@ -174,7 +167,7 @@ def parse_request(raw: bytes, model: Model, form_header: str | None) -> SearchRe
             param="user_id",
         )
     query = body.get("query")
-    if not isinstance(query, str) or not query.strip():
+    if not isinstance(query, str) or is_blank(query):
         raise bad_request("query is required and must not be empty", param="query")
     if len(query.encode("utf-8", errors="replace")) > MAX_QUERY_BYTES:
         raise bad_request(f"query is longer than {MAX_QUERY_BYTES} bytes", param="query")
@@ -549,15 +542,21 @@ async def get_usage(request: web.Request) -> web.Response:
         if not raw:
             return default
         try:
+            if not DAY.fullmatch(raw):  # date.fromisoformat also takes 20260814, 2026-W33-5
+                raise ValueError(raw)
             return date.fromisoformat(raw)
         except ValueError:
             raise bad_request(
                 f"{name} must be a date like 2026-08-14, got {raw!r}", param=name
             ) from None
 
-    start, end = day("from", today - timedelta(days=30)), day("to", today)
+    # Defaults: to is today, from 30 days before to; only a range given backwards is refused.
+    end = day("to", today)
+    start = day("from", end - timedelta(days=30))
     if start > end:
-        raise bad_request("from must not be after to")
+        if request.query.get("to"):
+            raise bad_request("from must not be after to")
+        end = start  # only from, in the future: an empty range
     pool = request.app[POOL]
     await request.app[METER].flush(pool)  # this instance's pending units count too
     found = await usage.days(pool, principal_of(request).workspace_id, start, end)
