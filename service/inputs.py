@@ -4,7 +4,8 @@ PostgreSQL's ``text`` cannot hold NUL (U+0000), and a lone surrogate cannot be e
 UTF-8: either would fail deep inside a query as a 500. So they are refused at the door,
 as a 400 naming the parameter:
 
-- query parameters and path segments, for every request (``input_middleware``);
+- query parameters and path segments, for every request (``input_middleware``), which
+  also refuses a query parameter given twice (lists are one comma-separated value);
 - JSON bodies, when they are decoded (``decode_json``): any string, key or value, at
   any depth, named by its path (``metadata.k``, ``filters.entity[1]``). JSON cannot
   carry a raw NUL byte or a lone surrogate escape (msgspec refuses both as malformed),
@@ -58,6 +59,9 @@ def check_request_strings(request: web.Request) -> None:
     for name, value in request.query.items():
         if (problem := string_problem(name)) is not None:
             raise bad_request(f"A query parameter name {problem}")
+        if len(request.query.getall(name)) > 1:
+            # Lists are one comma-separated value; a repeat would be silently half-read.
+            raise bad_request(f"Query parameter {name} is given more than once", param=name)
         if name in OPAQUE:
             continue
         if (problem := string_problem(value)) is not None:

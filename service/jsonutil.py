@@ -48,16 +48,17 @@ def json_response(
     )
 
 
-_EDGES = (datetime.min, datetime.max)
+_MICROSECOND = timedelta(microseconds=1)
 
 
 def parse_time(value: str, field: str) -> datetime:
     """RFC 3339 / ISO 8601: a date-time (no offset means UTC) or a date (midnight UTC).
 
-    Returned in UTC, strictly between the first and last instants Python can hold: an
-    offset that moves a time past either end (``9999-12-31T23:00:00-05:00``) is refused,
-    not wrapped, and so are the two instants themselves, which the database driver would
-    store as -infinity and infinity.
+    Returned in UTC, which must lie within the years 1 to 9999: an offset that moves a
+    time past either end (``9999-12-31T23:00:00-05:00``) is refused, not wrapped. The
+    very first and last instants (``0001-01-01``, ``9999-12-31T23:59:59.999999Z``) come
+    back one microsecond inside: asyncpg would store them as -infinity and infinity, and
+    times leave the service with milliseconds, so the shift never shows.
     """
     from service.errors import bad_request
 
@@ -71,10 +72,11 @@ def parse_time(value: str, field: str) -> datetime:
     try:
         ts = ts.replace(tzinfo=UTC) if ts.tzinfo is None else utc(ts)
     except (OverflowError, ValueError):
-        ts = _EDGES[0]
-    if ts.replace(tzinfo=None) in _EDGES:
         raise bad_request(
-            f"{field} must lie after 0001-01-01T00:00:00Z and before 9999-12-31T23:59:59.999999Z",
-            param=field,
-        )
+            f"{field} must lie within the years 1 to 9999 in UTC", param=field
+        ) from None
+    if ts.replace(tzinfo=None) == datetime.min:
+        return ts + _MICROSECOND
+    if ts.replace(tzinfo=None) == datetime.max:
+        return ts - _MICROSECOND
     return ts
