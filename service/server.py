@@ -27,6 +27,7 @@ from aiohttp.web_request import BaseRequest
 from aiohttp.web_runner import GracefulExit
 
 from service.errors import ApiError, render_error
+from service.ids import new_id
 from service.settings import Settings
 
 log = logging.getLogger("mneme.http")
@@ -67,12 +68,18 @@ class JsonErrorRequestHandler(RequestHandler):
         if request.writer.output_size > 0:  # a response is already on its way: cut it
             raise ConnectionError("response already started")
         error = _refusal(exc, status)
+        request_id = new_id("req")
         # The exception's text quotes the request's bytes: name its type only.
         log.info(
             "request refused before routing",
-            extra={"status": error.status, "reason": type(exc).__name__ if exc else None},
+            extra={
+                "request_id": request_id,
+                "status": error.status,
+                "reason": type(exc).__name__ if exc else None,
+            },
         )
         response = render_error(error)
+        response.headers["request-id"] = request_id
         response.headers["Server"] = SERVER
         response.headers["X-Content-Type-Options"] = "nosniff"
         response.force_close()

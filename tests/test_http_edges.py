@@ -77,6 +77,7 @@ async def test_an_unparseable_request_gets_the_json_error_and_echoes_nothing(
     assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
     assert headers["content-type"].startswith("application/json")
     assert headers["server"] == "mneme"
+    assert headers["request-id"].startswith("req_")
     assert SECRET not in answer.decode("latin-1") and "AAAA" not in answer.decode("latin-1")
     assert not any(SECRET in r.getMessage() or r.exc_info for r in caplog.records)
     assert not any(SECRET in str(r.__dict__) for r in caplog.records)
