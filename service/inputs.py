@@ -14,7 +14,8 @@ as a 400 naming the parameter:
   so the first failing item decides the answer, whatever it fails on.
 
 A JSON body nested deeper than the decoder allows is a 400 too, not a RecursionError.
-Bodies are read under a deadline (``MNEME_BODY_TIMEOUT``: 408 past it), and a client
+Bodies are read under a deadline (``MNEME_BODY_TIMEOUT`` and a second per 100 kB
+declared: 408 past it), and a client
 that goes away mid-body is answered 400 (it will not see it) rather than logged as a
 failure of the service.
 """
@@ -118,15 +119,22 @@ def check_json_strings(raw: bytes) -> None:
         _refuse(path)
 
 
+# A body's deadline grows with its declared size at this rate (bytes a second): a slow
+# link still sends 16 MiB in time, a trickle of a few bytes still times out.
+SLOWEST_BODY_RATE = 100_000
+
+
 async def body_of(request: web.Request) -> bytes:
-    """The request's body, whole, within the body deadline."""
-    timeout = request.app[SETTINGS].body_timeout
+    """The request's body, whole, within its deadline: ``MNEME_BODY_TIMEOUT`` seconds and
+    one more per 100 kB it declares."""
+    declared = request.content_length or 0
+    timeout = request.app[SETTINGS].body_timeout + declared / SLOWEST_BODY_RATE
     try:
         async with asyncio.timeout(timeout):
             return await request.read()
     except TimeoutError:
         raise ApiError(408, f"The request body did not arrive within {timeout:g} seconds") from None
-    except (ConnectionResetError, web.RequestPayloadError):
+    except (ConnectionError, web.RequestPayloadError):
         raise bad_request("The connection closed before the request body was complete") from None
 
 

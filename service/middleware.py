@@ -21,7 +21,7 @@ from aiohttp import web
 
 from service.errors import KIND_BY_STATUS, ApiError, render_error
 from service.ids import new_id
-from service.outage import RETRY_AFTER_S, is_unavailable
+from service.outage import RETRY_AFTER_S, is_rolled_back, is_unavailable
 from service.queries import keys
 from service.queries.keys import Principal
 from service.state import METRICS, OUTAGE, POOL, ROUTE_SPECS, SETTINGS
@@ -63,6 +63,17 @@ def _unexpected(request: web.Request, exc: Exception) -> ApiError:
     """An exception no handler turned into an ``ApiError``: the database being away (503,
     reported by ``service.outage``), or a bug (500: the traceback goes to the log under
     the request id, the client sees only the id)."""
+    if is_rolled_back(exc):
+        log.info(
+            "rolled back to resolve a conflict with a concurrent request",
+            extra={"request_id": request[REQUEST_ID], "sqlstate": getattr(exc, "sqlstate", None)},
+        )
+        return ApiError(
+            503,
+            "This request conflicted with a concurrent one and was rolled back (nothing was "
+            "written); retry it",
+            headers={"Retry-After": "1"},
+        )
     if is_unavailable(exc):
         request.app[OUTAGE].failed(exc)
         return ApiError(

@@ -11,6 +11,7 @@ request. The pool reconnects by itself, so the service recovers without a restar
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 import asyncpg
@@ -21,15 +22,34 @@ RETRY_AFTER_S = 2
 REPORT_EVERY_S = 30.0
 # SQLSTATE classes that mean "the database is not there for you right now":
 # 08 connection exception, 53 insufficient resources (too many connections),
-# 57 operator intervention (shutting down, starting up, crashed).
+# 57 operator intervention (shutting down, starting up, crashed) but not 57014 (a query
+# cancelled: a timeout, a statement's fault); and 25006, a read-only transaction (the
+# primary failed over and this connection reached a standby).
 UNAVAILABLE_CLASSES = ("08", "53", "57")
+UNAVAILABLE_EXCEPT = ("57014",)
+UNAVAILABLE_STATES = ("25006",)
+_ASYNCPG = os.path.dirname(asyncpg.__file__) + os.sep
 
 
-def is_unavailable(exc: BaseException) -> bool:
+# A transaction PostgreSQL rolled back to break a deadlock or a serialization conflict
+# with a concurrent one: nothing of it was written, so the client may simply retry.
+ROLLED_BACK_STATES = ("40P01", "40001")
+
+
+def is_rolled_back(exc: BaseException) -> bool:
+    return isinstance(exc, asyncpg.PostgresError) and exc.sqlstate in ROLLED_BACK_STATES
+
+
+def is_unavailable(exc: BaseException, *, database_work: bool = False) -> bool:
     """Whether ``exc`` says the database cannot be reached, rather than that a query was
-    wrong: such a failure is the database's state, not the request's fault."""
+    wrong: such a failure is the database's state, not the request's fault.
+    ``database_work``: ``exc`` came from work that does nothing but talk to the database
+    (the worker, the janitor, a probe), so any OSError or timeout is the database's."""
     if isinstance(exc, asyncpg.PostgresError):
-        return (exc.sqlstate or "")[:2] in UNAVAILABLE_CLASSES
+        state = exc.sqlstate or ""
+        if state in UNAVAILABLE_STATES:
+            return True
+        return state[:2] in UNAVAILABLE_CLASSES and state not in UNAVAILABLE_EXCEPT
     if isinstance(exc, asyncpg.InterfaceError):
         # "connection is closed", "pool is closing": a connection lost under the request.
         return "clos" in str(exc)
@@ -39,8 +59,19 @@ def is_unavailable(exc: BaseException) -> bool:
         # state 12; another operation is in progress", MagicStack/asyncpg#1069).
         # SQLAlchemy's asyncpg dialect treats it as a disconnect for the same reason.
         return True
-    # Refused, reset, no socket file, or no answer within the connect/command timeout.
-    return isinstance(exc, OSError | TimeoutError)
+    # Refused, reset, no socket file, or no answer within the connect/command timeout:
+    # raised while asyncpg was connecting or talking to the server (an OSError of the
+    # service's own, or of a client that went away, is not the database's).
+    return isinstance(exc, OSError | TimeoutError) and (database_work or _raised_in_asyncpg(exc))
+
+
+def _raised_in_asyncpg(exc: BaseException) -> bool:
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.startswith(_ASYNCPG):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 class Outage:
@@ -74,9 +105,9 @@ class Outage:
         )
 
     def note(self, exc: BaseException, logger: logging.Logger, what: str) -> None:
-        """A failure of background work (or a probe): an outage is reported as above,
-        anything else is an error with its traceback."""
-        if is_unavailable(exc):
+        """A failure of database work in the background (or of a probe): an outage is
+        reported as above, anything else is an error with its traceback."""
+        if is_unavailable(exc, database_work=True):
             self.failed(exc)
         else:
             logger.error(what, exc_info=exc)

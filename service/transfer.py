@@ -122,6 +122,7 @@ async def import_lines(
     async def flush() -> None:
         async with pool.acquire() as conn, conn.transaction():
             ctx = writes.WriteContext(principal)
+            await writes.lock_batch(conn, ctx, [item for _, item in batch])
             for number, item in batch:
                 if create_speakers and isinstance(item.speaker, str) and item.speaker != "me":
                     added = await q.add_speaker(conn, workspace_id, store.id, item.speaker)

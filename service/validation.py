@@ -57,7 +57,26 @@ def check_text(text: str, field: str = "text") -> bytes:
 # What counts as blank (an empty category, a query of spaces) and what a list item in a
 # query string is trimmed of: ASCII whitespace, as the OpenAPI document's patterns say it.
 BLANK = " \t\n\r\f\v"
+# (store, provider, providerRef) is a unique index, whose entries PostgreSQL caps at about
+# 2.7 kB: at 4 bytes a character, these two stay under it whatever the text.
+MAX_PROVIDER_CHARS = 64
+MAX_PROVIDER_REF_CHARS = 512
 INT4_MAX = 2**31 - 1
+
+
+def check_length(value: str, field: str, limit: int) -> str:
+    if len(value) > limit:
+        raise bad_request(f"{field} is longer than {limit} characters", param=field)
+    return value
+
+
+def query_int(raw: str) -> int | None:
+    """A query-string integer: ASCII digits only, else ``None``. One beyond any limit
+    stands in for a number of more digits than Python parses (4,300)."""
+    if not raw.isascii() or not raw.isdigit():
+        return None
+    digits = raw.lstrip("0") or "0"
+    return int(digits) if len(digits) <= 18 else 10**18
 
 
 def is_blank(value: str) -> bool:

@@ -212,9 +212,12 @@ def columns_of(item: MemoryIn | MemoryPatch) -> dict[str, Any]:
         if item.provider is not UNSET:
             if v.is_blank(item.provider):
                 raise bad_request("provider must not be empty", param="provider")
-            c["provider"] = item.provider
+            c["provider"] = v.check_length(item.provider, "provider", v.MAX_PROVIDER_CHARS)
         if item.provider_ref not in (UNSET, None):
-            c["provider_ref"] = item.provider_ref
+            assert isinstance(item.provider_ref, str)
+            c["provider_ref"] = v.check_length(
+                item.provider_ref, "providerRef", v.MAX_PROVIDER_REF_CHARS
+            )
         if item.path not in (UNSET, None):
             assert isinstance(item.path, str)
             c["path"] = v.check_path(item.path)
@@ -253,6 +256,48 @@ def version_operation(before: Memory | None, after: Memory) -> str | None:
 # --- create -------------------------------------------------------------------------------
 
 
+def identity_key(
+    ctx: WriteContext,
+    store_id: str,
+    provider: str,
+    provider_ref: str | None,
+    path: str | None,
+    content_sha256: str | None,
+) -> str | None:
+    """What a write's outcome hangs on besides its own row, as an advisory-lock key:
+    its sync identity, or (no path, no providerRef) its text, for the duplicate rule. Two
+    writes with one key are serialised until commit. A path write has none: the unique
+    index on paths decides between two of them."""
+    if provider_ref is not None:
+        parts = (ctx.workspace_id, store_id, provider, provider_ref)
+    elif path is not None or content_sha256 is None:
+        return None
+    else:
+        parts = (ctx.workspace_id, store_id, "", content_sha256)  # "": no provider is blank
+    return "\x1f".join(parts)
+
+
+async def lock_batch(conn: asyncpg.Connection, ctx: WriteContext, items: list[MemoryIn]) -> None:
+    """Take the identity locks every item of a batch will need, in one sorted order,
+    before writing any: two batches sharing texts or references in different orders
+    would otherwise each hold a lock the other waits for (a deadlock). An item whose key
+    cannot be worked out (bad text, unknown store) takes none: it fails in its turn."""
+    keys = []
+    for item in items:
+        try:
+            check_strings(item)
+            store = await store_of(conn, ctx, item.store if item.store is not UNSET else "default")
+            sha = v.sha256_hex(v.check_text(item.text)) if isinstance(item.text, str) else None
+        except ApiError:
+            continue
+        provider = item.provider if isinstance(item.provider, str) else "mneme"
+        ref = item.provider_ref if isinstance(item.provider_ref, str) else None
+        path = item.path if isinstance(item.path, str) else None
+        if (key := identity_key(ctx, store.id, provider, ref, path, sha)) is not None:
+            keys.append(key)
+    await q.lock_identities(conn, keys)
+
+
 async def write(
     conn: asyncpg.Connection, ctx: WriteContext, item: MemoryIn, *, label: str = ""
 ) -> Written:
@@ -281,9 +326,12 @@ async def _write(conn: asyncpg.Connection, ctx: WriteContext, item: MemoryIn) ->
             raise not_found(f"Memory {item.supersedes!r} (supersedes) not found")
 
     provider = columns.get("provider", "mneme")
+    key = identity_key(ctx, store.id, provider, columns.get("provider_ref"),
+                       columns.get("path"), columns.get("content_sha256"))  # fmt: skip
+    if key is not None:
+        await q.lock_identities(conn, [key])
     result: Written
     if "provider_ref" in columns:
-        await q.lock_identity(conn, ctx.workspace_id, store.id, provider, columns["provider_ref"])
         held = await q.by_provider_ref(
             conn, ctx.principal, store.id, provider, columns["provider_ref"]
         )
@@ -305,7 +353,6 @@ async def _write(conn: asyncpg.Connection, ctx: WriteContext, item: MemoryIn) ->
             raise bad_request("text is required", param="text")
         scope = columns.get("scope", "workspace")
         speaker = columns.get("speaker")
-        await q.lock_identity(conn, ctx.workspace_id, store.id, columns["content_sha256"])
         duplicate = await q.find_duplicate(
             conn,
             ctx.workspace_id,

@@ -76,6 +76,8 @@ NUL_CASES = [
         param="category",
     ),
     Case("POST", MEMORY, {"memories": [memory(image={"data": N, "mimeType": "image/png"})]}),
+    # A batch looks up its items' stores before writing any (to lock in one order).
+    Case("POST", MEMORY, {"memories": [memory(), memory(store="a" + N)]}, param="store"),
     *(
         Case("PATCH", f"{MEMORY}/mem_0000000000aaaaaaaaaa", {name: value}, param=name)
         for name, value in (
@@ -333,3 +335,30 @@ def test_forms_render_the_calendars_ends_in_utc_when_the_zone_would_pass_them() 
     assert render_time(first, "archive", -12) == "0001-01-01 00:30 UTC+00:00"
     assert render_time(last, "archive", 14) == "9999-12-31 23:00 UTC+00:00"
     assert render_time(last, "memoir", -5) == "Friday, 31 December 9999, 18:00"
+
+
+async def test_values_that_once_overflowed_are_answered(client: Client) -> None:
+    # A default 30 days before a date near the calendar's start.
+    resp = await client.get("/api/v1/usage?to=0001-01-05", headers=ADMIN)
+    assert resp.status == 200 and (await resp.json())["data"] == []
+    # More digits than Python parses into an int: above any limit.
+    resp = await client.get(f"{MEMORY}?limit={'9' * 5000}", headers=ADMIN)
+    assert resp.status == 200 and (await resp.json())["meta"]["limitCapped"] is True
+    resp = await client.get(f"{STORES}?limit={'9' * 5000}", headers=ADMIN)
+    assert resp.status == 400
+
+
+async def test_sync_identities_are_bounded_to_what_their_index_holds(
+    client: Client, conn: asyncpg.Connection
+) -> None:
+    widest = "\U0001f600" * 512  # 2 kB of UTF-8: the most a providerRef may take
+    resp = await client.post(
+        MEMORY, json=memory(provider="p" * 64, providerRef=widest), headers=ADMIN
+    )
+    assert resp.status == 201, await resp.text()
+    for body, param in (
+        (memory(providerRef="r" * 513), "providerRef"),
+        (memory(provider="p" * 65, providerRef="r"), "provider"),
+    ):
+        resp = await client.post(MEMORY, json=body, headers=ADMIN)
+        assert resp.status == 400 and (await resp.json())["error"]["param"] == param

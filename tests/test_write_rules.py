@@ -134,9 +134,11 @@ async def test_every_way_a_memory_changes_invalidates_cached_searches(
         assert await cache_state(client) == "write", name
 
 
-async def test_the_workers_vectors_leave_the_cache_and_the_queue_alone(
+async def test_a_vector_arriving_invalidates_cached_searches_but_wakes_no_worker(
     client: Client, db_url: str, conn: asyncpg.Connection, embedder: SentenceTransformerEmbedder
 ) -> None:
+    # Answered before the vector existed, a cached search would rank without it (and a
+    # vector-only model would not find the memory at all) for as long as it lives.
     await new_memory(client)
     await primed(client)
     version = await conn.fetchval("SELECT version FROM stores WHERE name = 'default'")
@@ -144,13 +146,18 @@ async def test_the_workers_vectors_leave_the_cache_and_the_queue_alone(
     await conn.add_listener(CHANNEL, lambda *args: heard.append(args[1]))
     pool = await db.create_pool(db_url, Settings(database_url=db_url, pool_min=1, pool_max=2))
     try:
-        assert await Worker(pool, embedder).drain() == 1
+        worker = Worker(pool, embedder)
+        claimed = await worker.claim()  # claiming (a lease) changes nothing a reader sees
+        assert len(claimed) == 1
+        assert await conn.fetchval("SELECT version FROM stores WHERE name = 'default'") == version
+        await worker.release([(c.workspace_id, c.id) for c in claimed])
+        assert await worker.drain() == 1
     finally:
         await pool.close()
     await asyncio.sleep(0.2)
     assert heard == []  # storing a vector does not wake the workers again
-    assert await conn.fetchval("SELECT version FROM stores WHERE name = 'default'") == version
-    assert await cache_state(client) == "hit"
+    assert await conn.fetchval("SELECT version FROM stores WHERE name = 'default'") != version
+    assert await cache_state(client) == "write"
 
 
 async def test_a_write_wakes_the_workers_when_it_commits(
@@ -184,11 +191,12 @@ async def test_the_change_trigger_watches_every_column_but_the_workers(
     conn: asyncpg.Connection,
 ) -> None:
     # Columns that may change without a reader seeing a difference: identity, the
-    # worker's (vector, queue state, token count) and what is derived or bookkeeping.
+    # worker's claim state and what is derived from another watched column (the vector
+    # and its model come with embedding_status) or bookkeeping.
     unwatched = {
         "workspace_id", "id", "created_at", "updated_at", "search_tsv", "text_tokens",
-        "embedding", "embedding_model", "embedding_status", "embedding_generation",
-        "embedding_attempts", "embedding_error", "embedding_lease_until",
+        "embedding", "embedding_model", "embedding_generation", "embedding_attempts",
+        "embedding_error", "embedding_lease_until",
     }  # fmt: skip
     columns = {
         r["column_name"]
@@ -203,3 +211,32 @@ async def test_the_change_trigger_watches_every_column_but_the_workers(
         assert re.search(rf"\bold\.{column}\b", definition, re.IGNORECASE), column
         assert re.search(rf"\bnew\.{column}\b", definition, re.IGNORECASE), column
     assert unwatched <= columns  # the list above names real columns
+
+
+async def test_concurrent_writers_of_shared_texts_and_stores_never_deadlock(
+    client: Client,
+) -> None:
+    # Each writer takes a lock per duplicate text it writes (advisory) while it writes;
+    # the store's version is stamped at commit. Were the stamp taken at the first write,
+    # a batch [A, X] and a lone X would each wait for the other's lock.
+    resp = await client.post("/api/v1/forward/memory_stores", json={"name": "s2"}, headers=ADMIN)
+    other = (await resp.json())["id"]
+    texts = [f"shared fact {i}" for i in range(6)]
+
+    async def batch(order: list[int], stores: tuple[str, str]) -> int:
+        items = [{"text": texts[i], "store": stores[i % 2]} for i in order]
+        resp = await client.post("/api/v1/memories", json={"memories": items}, headers=ADMIN)
+        return resp.status
+
+    async def lone(i: int) -> int:
+        resp = await client.post("/api/v1/memories", json={"text": texts[i]}, headers=ADMIN)
+        return resp.status
+
+    for _ in range(3):
+        statuses = await asyncio.gather(
+            batch([0, 1, 2, 3, 4, 5], ("default", other)),
+            batch([5, 4, 3, 2, 1, 0], (other, "default")),
+            batch([2, 0, 4, 1, 5, 3], ("default", other)),
+            *(lone(i) for i in range(6)),
+        )
+        assert set(statuses) <= {200, 201}, statuses

@@ -21,7 +21,7 @@ from service.middleware import principal_of
 from service.queries import browse
 from service.queries import memories as q
 from service.state import POOL
-from service.validation import STATUSES, TIERS
+from service.validation import STATUSES, TIERS, query_int
 
 DEFAULT_LIMIT = 25
 MAX_LIMIT = 100
@@ -77,9 +77,9 @@ def parse_limit(raw: str | None) -> tuple[int, bool]:
     """(limit, capped): a positive integer, above 100 silently 100."""
     if raw is None:
         return DEFAULT_LIMIT, False
-    if not raw.isascii() or not raw.isdigit() or int(raw) < 1:
-        raise bad_request(f"limit must be a positive integer, got {raw!r}", param="limit")
-    value = int(raw)
+    value = query_int(raw)
+    if value is None or value < 1:
+        raise bad_request(f"limit must be a positive integer, got {raw[:40]!r}", param="limit")
     return (MAX_LIMIT, True) if value > MAX_LIMIT else (value, False)
 
 

@@ -51,6 +51,8 @@ async def create_memories(request: web.Request) -> web.Response:
                 )
         items, batch = writes.decode_items(raw)
         ctx = writes.WriteContext(principal)
+        if batch:
+            await writes.lock_batch(conn, ctx, items)
         results = [
             await writes.write(conn, ctx, item, label=f"memories[{i}]" if batch else "")
             for i, item in enumerate(items)

@@ -314,8 +314,9 @@ async def _search(
 
     # The cache: one entry per (store, model, options, reader); valid while the store is
     # unchanged.
+    reader = hashlib.sha256(principal.visibility.encode()).digest()
     cache_key = usage.CacheKey(
-        principal.workspace_id, store.id, model.name, options_key(req), principal.visibility
+        principal.workspace_id, store.id, model.name, options_key(req), reader
     )
     entry = None
     if req.cache is not None:
@@ -552,7 +553,7 @@ async def get_usage(request: web.Request) -> web.Response:
 
     # Defaults: to is today, from 30 days before to; only a range given backwards is refused.
     end = day("to", today)
-    start = day("from", end - timedelta(days=30))
+    start = day("from", end - timedelta(days=30) if end.toordinal() > 30 else date.min)
     if start > end:
         if request.query.get("to"):
             raise bad_request("from must not be after to")

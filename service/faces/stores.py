@@ -100,9 +100,10 @@ def parse_limit(request: web.Request) -> int:
     raw = request.query.get("limit")
     if raw is None or raw == "":
         return DEFAULT_LIMIT
-    if not raw.isascii() or not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
-        raise bad_request(f"limit must be an integer from 1 to {MAX_LIMIT}, got {raw!r}")
-    return int(raw)
+    value = v.query_int(raw)
+    if value is None or not 1 <= value <= MAX_LIMIT:
+        raise bad_request(f"limit must be an integer from 1 to {MAX_LIMIT}, got {raw[:40]!r}")
+    return value
 
 
 def paging_ids(request: web.Request) -> tuple[str | None, str | None]:

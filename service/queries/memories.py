@@ -290,12 +290,19 @@ async def find_duplicate(
     return None if row is None else _memory(row)
 
 
-LOCK_IDENTITY = "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))"
+# In one order (by lock id) whatever order the keys come in: two transactions locking
+# overlapping sets cannot each hold one the other waits for.
+LOCK_IDENTITIES = """
+SELECT count(pg_advisory_xact_lock(h)) FROM (
+    SELECT DISTINCT hashtextextended(k, 0) AS h FROM unnest($1::text[]) AS k ORDER BY h
+) ordered
+"""
 
 
-async def lock_identity(conn: asyncpg.Connection, *parts: str) -> None:
+async def lock_identities(conn: asyncpg.Connection, keys: list[str]) -> None:
     """Serialise writes that would decide the same identity (dedupe, upsert) until commit."""
-    await conn.execute(LOCK_IDENTITY, "\x1f".join(parts))
+    if keys:
+        await conn.execute(LOCK_IDENTITIES, keys)
 
 
 # --- writing ------------------------------------------------------------------------------

@@ -88,15 +88,15 @@ GET_CACHED = """
 SELECT query, query_tokens, result_tokens, store_version, memory_ids, response, expires_at
 FROM search_cache
 WHERE workspace_id = $1 AND store_id = $2 AND model = $3 AND options_sha256 = $4
-  AND reader = $5 AND expires_at > now()
+  AND reader_sha256 = $5 AND expires_at > now()
 """
 
 PUT_CACHED = """
-INSERT INTO search_cache AS c (workspace_id, store_id, model, options_sha256, reader, query,
+INSERT INTO search_cache AS c (workspace_id, store_id, model, options_sha256, reader_sha256, query,
                                query_tokens, result_tokens, store_version, memory_ids, response,
                                expires_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, now() + make_interval(secs => $12))
-ON CONFLICT (workspace_id, store_id, model, options_sha256, reader) DO UPDATE
+ON CONFLICT (workspace_id, store_id, model, options_sha256, reader_sha256) DO UPDATE
 SET query = EXCLUDED.query, query_tokens = EXCLUDED.query_tokens,
     result_tokens = EXCLUDED.result_tokens, store_version = EXCLUDED.store_version,
     memory_ids = EXCLUDED.memory_ids, response = EXCLUDED.response,
@@ -109,26 +109,32 @@ PRUNE = "DELETE FROM search_cache WHERE expires_at < now()"
 @dataclass(frozen=True)
 class CacheKey:
     """One cached answer per store, memory model, request options and reader: an answer
-    holds only what its reader may read (``Principal.visibility``), so it is never
-    served to a key that sees something else."""
+    holds only what its reader may read, so it is never served to a key that sees
+    something else. ``reader_sha256``: SHA-256 of ``Principal.visibility``."""
 
     workspace_id: str
     store_id: str
     model: str
     options_sha256: bytes
-    reader: str
+    reader_sha256: bytes
 
 
 async def cached(conn: Conn, key: CacheKey) -> Cached | None:
     row = await conn.fetchrow(
-        GET_CACHED, key.workspace_id, key.store_id, key.model, key.options_sha256, key.reader
+        GET_CACHED,
+        key.workspace_id,
+        key.store_id,
+        key.model,
+        key.options_sha256,
+        key.reader_sha256,
     )
     return None if row is None else Cached(*row)
 
 
 async def put_cached(conn: Conn, key: CacheKey, entry: Cached, ttl_s: float) -> None:
     await conn.execute(
-        PUT_CACHED, key.workspace_id, key.store_id, key.model, key.options_sha256, key.reader,
+        PUT_CACHED, key.workspace_id, key.store_id, key.model, key.options_sha256,
+        key.reader_sha256,
         entry.query, entry.query_tokens, entry.result_tokens, entry.store_version,
         entry.memory_ids, entry.response, ttl_s,
     )  # fmt: skip
