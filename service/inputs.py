@@ -15,9 +15,8 @@ as a 400 naming the parameter:
 
 A JSON body nested deeper than the decoder allows is a 400 too, not a RecursionError.
 Bodies are read under a deadline (``MNEME_BODY_TIMEOUT`` and a second per 100 kB
-declared: 408 past it), and a client
-that goes away mid-body is answered 400 (it will not see it) rather than logged as a
-failure of the service.
+declared: 408 past it), and a client that goes away mid-body is answered 400 (it will
+not see it) rather than logged as a failure of the service.
 """
 
 from __future__ import annotations
@@ -76,7 +75,7 @@ async def input_middleware(request: web.Request, handler: Handler) -> web.Stream
 
 
 def _nul_path(value: Any) -> str | None:
-    """The JSON path of the first string (or key) holding NUL, walking without recursion."""
+    """The JSON path of a string (or key) holding NUL, if any; walks without recursion."""
     stack: list[tuple[str, Any]] = [("$", value)]
     while stack:
         path, node = stack.pop()
@@ -94,7 +93,7 @@ def _nul_path(value: Any) -> str | None:
 
 
 def check_strings(value: Any) -> None:
-    """400 naming the first string of a decoded value (a struct too) that holds a NUL."""
+    """400 naming a string of a decoded value (a struct too) that holds a NUL."""
     path = _nul_path(msgspec.to_builtins(value))
     if path is not None:
         _refuse(path)
@@ -108,7 +107,7 @@ def _refuse(path: str) -> None:
 
 
 def check_json_strings(raw: bytes) -> None:
-    """400 naming the first string of a JSON document that holds a NUL."""
+    """400 naming a string of a JSON document that holds a NUL."""
     if b"\\u0000" not in raw:
         return
     try:
