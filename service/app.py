@@ -44,6 +44,8 @@ def load_embedder(settings: Settings) -> Embedder:
         settings.embedding_model,
         device=settings.embedding_device,
         batch_size=settings.embed_batch_size,
+        backend=settings.embedding_backend,
+        onnx_dir=settings.model_cache_dir,
     )
     if embedder.dimension != db.VECTOR_DIMENSION:
         raise RuntimeError(
@@ -105,7 +107,11 @@ def create_app(
             try:
                 slot.set(await asyncio.to_thread(load_embedder, settings))
                 log.info(
-                    "embedding model ready", extra={"model": slot.embedder and slot.embedder.name}
+                    "embedding model ready",
+                    extra={
+                        "model": slot.embedder and slot.embedder.name,
+                        "backend": getattr(slot.embedder, "backend", None),
+                    },
                 )
             except Exception:
                 slot.state = "failed"

@@ -70,6 +70,10 @@ class Settings:
     pool_max: int = 10
     log_level: str = "INFO"
     embedding_device: str = "auto"
+    # auto: ONNX Runtime on a CPU when the model's pipeline allows it, else torch.
+    embedding_backend: str = "auto"
+    # Where the ONNX export of the model is kept; None: <data_dir>/onnx.
+    onnx_dir: Path | None = None
     embed_batch_size: int = 64
     embed_claim_size: int = 4096
     embed_lease_s: float = 60.0
@@ -86,6 +90,11 @@ class Settings:
     # keep-alive connection stays open), and seconds to send its body.
     header_timeout: float = 30.0
     body_timeout: float = 60.0
+
+    @property
+    def model_cache_dir(self) -> Path:
+        """Where the ONNX export of the embedding model lives."""
+        return self.onnx_dir if self.onnx_dir is not None else self.data_dir / "onnx"
 
     @property
     def embedded(self) -> bool:
@@ -120,6 +129,14 @@ class Settings:
             kwargs["embedding_model"] = model
         if (device := get("MNEME_EMBEDDING_DEVICE")) is not None:
             kwargs["embedding_device"] = device
+        if (backend := get("MNEME_EMBEDDING_BACKEND")) is not None:
+            if backend not in ("auto", "onnx", "torch"):
+                raise SettingsError(
+                    f"MNEME_EMBEDDING_BACKEND must be auto, onnx or torch, got {backend!r}"
+                )
+            kwargs["embedding_backend"] = backend
+        if (onnx_dir := get("MNEME_ONNX_DIR")) is not None:
+            kwargs["onnx_dir"] = Path(onnx_dir)
         integers: tuple[tuple[str, str, int, int, type[int] | type[float]], ...] = (
             ("MNEME_EMBED_BATCH_SIZE", "embed_batch_size", 1, 4096, int),
             ("MNEME_EMBED_CLAIM_SIZE", "embed_claim_size", 1, 100_000, int),

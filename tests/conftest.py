@@ -120,9 +120,10 @@ def settings(db_url: str) -> Settings:
 
 
 @pytest.fixture(scope="session")
-def embedder() -> SentenceTransformerEmbedder:
-    """The real model, loaded once for the whole session."""
-    return SentenceTransformerEmbedder()
+def embedder(tmp_path_factory: pytest.TempPathFactory) -> SentenceTransformerEmbedder:
+    """The real model, loaded once for the whole session, as the service loads it (on
+    the CPU: its transformer exported to ONNX and run by ONNX Runtime)."""
+    return SentenceTransformerEmbedder(onnx_dir=tmp_path_factory.mktemp("onnx"))
 
 
 class MnemeTestServer(TestServer):

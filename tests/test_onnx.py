@@ -1,0 +1,92 @@
+"""The ONNX backend: the model's own vectors, from an export made once and kept."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from embeddings import onnx
+from embeddings.model import SentenceTransformerEmbedder
+from service.settings import Settings, SettingsError
+
+TEXTS = [
+    "What does Alice drink in the morning?",
+    "Caroline: I went to the support group yesterday.",
+    "ok",
+    "A long core-memory file about the deploy pipeline and its many stages. " * 40,
+    "Emoji and accents: café, naïve, 😀, 日本語のテキスト",
+]
+
+
+def test_the_service_embeds_with_onnx_runtime_on_a_cpu(
+    embedder: SentenceTransformerEmbedder,
+) -> None:
+    assert embedder.device == "cpu"
+    assert embedder.backend == "onnx"
+
+
+def test_onnx_vectors_are_the_models_own(embedder: SentenceTransformerEmbedder) -> None:
+    reference = SentenceTransformerEmbedder(backend="torch")
+    assert reference.backend == "torch"
+    # One at a time (queries) and in a padded batch (documents), long texts truncated.
+    for encode, expect in (
+        (embedder.encode_queries, reference.encode_queries),
+        (embedder.encode_documents, reference.encode_documents),
+    ):
+        got, want = encode(TEXTS), expect(TEXTS)
+        assert got.shape == want.shape == (len(TEXTS), 384)
+        assert float((got * want).sum(axis=1).min()) >= onnx.AGREEMENT
+        assert np.allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
+    single = embedder.encode_queries([TEXTS[0]])[0]
+    assert float(single @ reference.encode_queries([TEXTS[0]])[0]) >= onnx.AGREEMENT
+
+
+def test_the_export_is_made_once_and_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = SentenceTransformerEmbedder(onnx_dir=tmp_path)
+    (exported,) = tmp_path.glob("*.onnx")
+    stamp = exported.stat().st_mtime_ns
+
+    def no_export(*args: Any) -> None:
+        raise AssertionError("exported again")
+
+    monkeypatch.setattr(onnx, "export", no_export)
+    second = SentenceTransformerEmbedder(onnx_dir=tmp_path)
+    assert second.backend == first.backend == "onnx"
+    assert exported.stat().st_mtime_ns == stamp
+    assert [p.name for p in tmp_path.iterdir()] == [exported.name]  # no temporary left
+
+
+def test_a_pipeline_it_does_not_cover_stays_on_torch() -> None:
+    class Transformer: ...
+
+    class Pooling:
+        def __init__(self, mode: str) -> None:
+            self.pooling_mode = mode
+
+    class Normalize: ...
+
+    class Dense: ...
+
+    assert onnx.supported([Transformer(), Pooling("mean"), Normalize()])
+    assert onnx.supported([Transformer(), Pooling("mean")])
+    assert not onnx.supported([Transformer(), Pooling("cls"), Normalize()])
+    assert not onnx.supported([Transformer(), Pooling("mean"), Dense(), Normalize()])
+
+
+def test_a_disagreeing_export_is_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(onnx, "AGREEMENT", 1.5)  # no export can agree this well
+    assert SentenceTransformerEmbedder(onnx_dir=tmp_path).backend == "torch"
+    with pytest.raises(RuntimeError, match="ONNX"):
+        SentenceTransformerEmbedder(onnx_dir=tmp_path, backend="onnx")
+
+
+def test_backend_settings() -> None:
+    settings = Settings.from_env({"MNEME_EMBEDDING_BACKEND": "torch", "MNEME_DATA_DIR": "/d"})
+    assert settings.embedding_backend == "torch"
+    assert settings.model_cache_dir == Path("/d/onnx")
+    assert Settings.from_env({"MNEME_ONNX_DIR": "/o"}).model_cache_dir == Path("/o")
+    with pytest.raises(SettingsError, match="MNEME_EMBEDDING_BACKEND"):
+        Settings.from_env({"MNEME_EMBEDDING_BACKEND": "tpu"})
