@@ -352,18 +352,17 @@ async def recall(
 async def explain(
     pool: asyncpg.Pool, who: Principal, store: str, vector: npt.NDArray[np.float32], query: str
 ) -> list[str]:
-    from pgvector import Vector
-
     async with pool.acquire() as conn:
         found = await sq.store_and_profile(conn, who.workspace_id, store)
         assert found is not None
         _, stats = found
-        rows = await conn.fetch(
-            "EXPLAIN (ANALYZE, COSTS OFF) " + sq.SEARCH_ANN,
-            who.workspace_id, store, True, None, [], None, None, None, None, None, None, None,
-            None, None, None, True, None, False, False, Vector(vector), query, 80,
-            float(stats.docs), stats.avgdl, sq.MATCH_BUDGET,
+        values = sq.statement_values(
+            who, store, stats, vector, query, sq.SearchFilters(), per_arm=80,
+            budget=sq.MATCH_BUDGET, self_only=False, images=False,
         )  # fmt: skip
+        rows = await conn.fetch(
+            "EXPLAIN (ANALYZE, COSTS OFF) " + sq.SEARCH_ANN.sql, *sq.SEARCH_ANN.args(values)
+        )
     return [r[0] for r in rows]
 
 

@@ -174,10 +174,10 @@ async def test_a_filtered_hnsw_scan_that_comes_up_short_is_answered_exactly(
             stats = await _profile(conn, ws, store)
             rare = SearchFilters(categories=["rare"])
             query = vectors[0]
-            plain = await conn.fetch(
-                sq.SEARCH_ANN, ws, store, True, None, [], ["rare"], None, None, None, None,
-                None, None, None, None, None, True, None, None, None, query, "", 60,
-                float(stats.docs), stats.avgdl, sq.MATCH_BUDGET,
+            plain = await sq.run_statement(
+                conn, sq.SEARCH_ANN,
+                sq.statement_values(who, store, stats, query, "", rare, per_arm=60,
+                                    budget=sq.MATCH_BUDGET),
             )  # fmt: skip
             assert len(plain) < 10  # the index alone misses most of them
             served = await sq.candidates(
@@ -218,12 +218,13 @@ async def test_the_match_budget_keeps_the_rarest_word(
     await db._init_connection(conn)
     ws, store = await conn.fetchrow("SELECT workspace_id, id FROM stores WHERE name = 'default'")
     stats = await _profile(conn, ws, store)
-    rows = await conn.fetch(
-        sq.SEARCH_ANN, ws, store, True, None, [], None, None, None, None, None, None, None,
-        None, None, None, True, None, None, None, np.ones(384, dtype=np.float32),
-        "zucchini coffee", 60, float(stats.docs), stats.avgdl, budget,
+    who = Principal("k", ws, "scale", "service", None, frozenset(), [])
+    rows = await sq.run_statement(
+        conn, sq.SEARCH_ANN,
+        sq.statement_values(who, store, stats, np.ones(384, dtype=np.float32),
+                            "zucchini coffee", SearchFilters(), per_arm=60, budget=budget),
     )  # fmt: skip
-    matched = {r["text"] for r in rows if r["fts_rank"] is not None}
+    matched = {r.text for r in rows if r.fts_rank is not None}
     if budget == 1:
         assert matched == {"coffee with zucchini bread"}
     else:
@@ -299,12 +300,13 @@ async def test_the_full_text_score_is_bm25_of_the_stores_statistics(
     ws, store = await conn.fetchrow("SELECT workspace_id, id FROM stores WHERE name = 'default'")
     stats = await _profile(conn, ws, store)
     question = "rain in the valley"
-    rows = await conn.fetch(
-        sq.STATEMENTS[True, "all"], ws, store, True, None, [], None, None, None, None, None,
-        None, None, None, None, None, True, None, None, None, np.ones(384, dtype=np.float32),
-        question, 60, float(stats.docs), stats.avgdl, sq.UNBOUNDED,
+    who = Principal("k", ws, "scale", "service", None, frozenset(), [])
+    rows = await sq.run_statement(
+        conn, sq.STATEMENTS[True, "all"],
+        sq.statement_values(who, store, stats, np.ones(384, dtype=np.float32), question,
+                            SearchFilters(), per_arm=60, budget=sq.UNBOUNDED),
     )  # fmt: skip
-    served = {r["text"]: r["fts_rank"] for r in rows if r["fts_rank"] is not None}
+    served = {r.text: r.fts_rank for r in rows if r.fts_rank is not None}
 
     docs = {
         t: [lex for lex, positions in await _lexemes(conn, t) for _ in range(positions)]

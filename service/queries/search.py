@@ -28,63 +28,60 @@ from pgvector import Vector
 from service.queries import Conn
 from service.queries.keys import Principal
 from service.queries.memories import LAST_USED_AT, SELECT_STORE, Store
+from service.queries.named import NamedSQL
 
 # Below this many memories (in the part of the store searched) a store is scanned exactly.
 EXACT_BELOW = 20_000
 
-# The shared WHERE clause: store, liveness, readability, filters.
-# $1 workspace, $2 store, $3 is_service, $4 member, $5 rooms, $6 categories, $7 tiers,
-# $8 fact types, $9 scopes, $10 entities, $11 created_after, $12 created_before,
-# $13 event_after, $14 event_before, $15 min_importance, $16 include_superseded,
-# $17 speaker: NULL any,
-# $18 self: true = only speaker 'me', false = everything but 'me', NULL = all,
-# $19 images: true = only image memories, false = no image memories, NULL = all.
+# The shared WHERE clause: store, liveness, readability, filters (NULL: not filtered).
+# :speaker NULL = any; :self_only true = only speaker 'me', false = everything but 'me',
+# NULL = all; :images true = only image memories, false = none, NULL = all.
 _WHERE = """
-m.workspace_id = $1 AND m.store_id = $2 AND m.status = 'active'
-AND mneme_readable(m.scope, $3, $4, $5)
-AND ($6::text[] IS NULL OR m.category = ANY($6::text[]))
-AND ($7::text[] IS NULL OR m.tier = ANY($7::text[]))
-AND ($8::text[] IS NULL OR m.fact_type = ANY($8::text[]))
-AND ($9::text[] IS NULL OR m.scope = ANY($9::text[]))
-AND ($10::text[] IS NULL OR m.entity_refs && $10::text[])
-AND ($11::timestamptz IS NULL OR m.created_at > $11::timestamptz)
-AND ($12::timestamptz IS NULL OR m.created_at < $12::timestamptz)
-AND ($13::timestamptz IS NULL OR m.event_date > $13::timestamptz)
-AND ($14::timestamptz IS NULL OR m.event_date < $14::timestamptz)
-AND ($15::float8 IS NULL OR m.importance >= $15::float8)
-AND ($16::boolean OR m.superseded_by IS NULL)
-AND ($17::text IS NULL OR m.speaker = $17::text)
-AND ($18::boolean IS NULL OR (m.speaker IS NOT DISTINCT FROM 'me') = $18::boolean)
-AND ($19::boolean IS NULL OR (m.kind = 'image') = $19::boolean)
+m.workspace_id = :workspace AND m.store_id = :store AND m.status = 'active'
+AND mneme_readable(m.scope, :is_service, :member, :rooms)
+AND (:categories::text[] IS NULL OR m.category = ANY(:categories::text[]))
+AND (:tiers::text[] IS NULL OR m.tier = ANY(:tiers::text[]))
+AND (:fact_types::text[] IS NULL OR m.fact_type = ANY(:fact_types::text[]))
+AND (:scopes::text[] IS NULL OR m.scope = ANY(:scopes::text[]))
+AND (:entities::text[] IS NULL OR m.entity_refs && :entities::text[])
+AND (:created_after::timestamptz IS NULL OR m.created_at > :created_after::timestamptz)
+AND (:created_before::timestamptz IS NULL OR m.created_at < :created_before::timestamptz)
+AND (:event_after::timestamptz IS NULL OR m.event_date > :event_after::timestamptz)
+AND (:event_before::timestamptz IS NULL OR m.event_date < :event_before::timestamptz)
+AND (:min_importance::float8 IS NULL OR m.importance >= :min_importance::float8)
+AND (:include_superseded::boolean OR m.superseded_by IS NULL)
+AND (:speaker::text IS NULL OR m.speaker = :speaker::text)
+AND (:self_only::boolean IS NULL OR (m.speaker IS NOT DISTINCT FROM 'me') = :self_only::boolean)
+AND (:images::boolean IS NULL OR (m.kind = 'image') = :images::boolean)
 """
 
-# $20 query vector, $21 query text, $22 candidates per arm, $23 memories in the store,
-# $24 their mean length, $25 the full-text arm's posting budget (see MATCH_BUDGET).
+# :per_arm candidates per arm; :docs memories in the store, :avgdl their mean length
+# (BM25); :budget the full-text arm's posting budget (see MATCH_BUDGET).
 _SEARCH = """
 WITH vec AS (
     SELECT id, max(sim) AS sim FROM (
-        (SELECT m.id, 1 - (m.embedding <=> $20::vector) AS sim
+        (SELECT m.id, 1 - (m.embedding <=> :query_vector::vector) AS sim
          FROM memories m
          WHERE {where} AND m.embedding IS NOT NULL
-         ORDER BY (m.embedding <=> $20::vector) {exact}
-         LIMIT $22)
+         ORDER BY (m.embedding <=> :query_vector::vector) {exact}
+         LIMIT :per_arm)
         UNION ALL
-        (SELECT m.id, 1 - (c.embedding <=> $20::vector) AS sim
+        (SELECT m.id, 1 - (c.embedding <=> :query_vector::vector) AS sim
          FROM memory_chunks c
          JOIN memories m ON m.workspace_id = c.workspace_id AND m.id = c.memory_id
          WHERE {where}
-         ORDER BY (c.embedding <=> $20::vector) {exact}
-         LIMIT $22)
+         ORDER BY (c.embedding <=> :query_vector::vector) {exact}
+         LIMIT :per_arm)
     ) hits
     GROUP BY id
     ORDER BY max(sim) DESC
-    LIMIT $22
+    LIMIT :per_arm
 ), terms AS (
     -- The question's lexemes that occur in the store, with their document frequency.
     SELECT t.lexeme, sum(t.df)::float8 AS df
     FROM search_terms t
-    WHERE t.workspace_id = $1 AND t.store_id = $2
-      AND t.lexeme = ANY(tsvector_to_array(to_tsvector('english', $21::text)))
+    WHERE t.workspace_id = :workspace AND t.store_id = :store
+      AND t.lexeme = ANY(tsvector_to_array(to_tsvector('english', :query_text::text)))
     GROUP BY t.lexeme
     HAVING sum(t.df) > 0
 ), tsq AS (
@@ -97,7 +94,7 @@ WITH vec AS (
                    row_number() OVER (ORDER BY df, lexeme) AS n
             FROM terms
         ) ranked
-        WHERE postings <= $25 OR n = 1
+        WHERE postings <= :budget OR n = 1
     ), ' | ')::tsquery AS q,
     array(SELECT lexeme FROM terms) AS lexemes
     WHERE EXISTS (SELECT 1 FROM terms)
@@ -111,9 +108,9 @@ WITH vec AS (
     FROM tsq
     JOIN memories m ON m.search_tsv @@ tsq.q
     CROSS JOIN LATERAL (
-        SELECT sum(ln(1 + (greatest($23::float8, t.df) - t.df + 0.5) / (t.df + 0.5))
+        SELECT sum(ln(1 + (greatest(:docs::float8, t.df) - t.df + 0.5) / (t.df + 0.5))
                    * (x.tf * 2.2)
-                   / (x.tf + 1.2 * (0.25 + 0.75 * length(m.search_tsv) / $24::float8)))
+                   / (x.tf + 1.2 * (0.25 + 0.75 * length(m.search_tsv) / :avgdl::float8)))
                AS rank
         FROM (
             SELECT u.lexeme, cardinality(u.positions) AS tf
@@ -123,17 +120,17 @@ WITH vec AS (
     ) score
     WHERE {where}
     ORDER BY score.rank DESC, m.id
-    LIMIT $22
+    LIMIT :per_arm
 ), ids AS (
     SELECT id FROM vec UNION SELECT id FROM fts
 )
 SELECT m.id, m.text, m.kind, m.category, m.importance, m.proof_count, m.speaker,
        m.superseded_by, m.event_date, m.created_at, {last_used_at} AS last_used_at,
        coalesce(vec.sim, CASE WHEN m.embedding IS NULL THEN NULL
-                              ELSE 1 - (m.embedding <=> $20::vector) END) AS cosine,
+                              ELSE 1 - (m.embedding <=> :query_vector::vector) END) AS cosine,
        vec.sim IS NOT NULL AS in_vec, fts.rank AS fts_rank, m.text_tokens
 FROM ids
-JOIN memories m ON m.workspace_id = $1 AND m.id = ids.id
+JOIN memories m ON m.workspace_id = :workspace AND m.id = ids.id
 LEFT JOIN vec ON vec.id = ids.id
 LEFT JOIN fts ON fts.id = ids.id
 """
@@ -158,7 +155,9 @@ def _statement(exact: bool, subset: str) -> str:
 
 
 STATEMENTS = {
-    (exact, subset): _statement(exact, subset) for exact in (True, False) for subset in SUBSETS
+    (exact, subset): NamedSQL(_statement(exact, subset))
+    for exact in (True, False)
+    for subset in SUBSETS
 }
 SEARCH_ANN = STATEMENTS[False, "all"]
 
@@ -244,6 +243,42 @@ class Candidate:
     text_tokens: int | None = None  # None: not counted yet (the worker counts them)
 
 
+def statement_values(
+    principal: Principal,
+    store_id: str,
+    stats: Profile,
+    query_vector: npt.NDArray[np.float32],
+    query_text: str,
+    filters: SearchFilters,
+    *,
+    per_arm: int,
+    budget: int,
+    speaker: str | None = None,
+    self_only: bool | None = None,
+    images: bool | None = None,
+) -> dict[str, object]:
+    """The parameters of a search statement, by name (see _WHERE and _SEARCH)."""
+    return {
+        "workspace": principal.workspace_id, "store": store_id,
+        "is_service": principal.is_service, "member": principal.member,
+        "rooms": principal.rooms, "categories": filters.categories, "tiers": filters.tiers,
+        "fact_types": filters.fact_types, "scopes": filters.scopes,
+        "entities": filters.entities, "created_after": filters.created_after,
+        "created_before": filters.created_before, "event_after": filters.event_after,
+        "event_before": filters.event_before, "min_importance": filters.min_importance,
+        "include_superseded": filters.include_superseded, "speaker": speaker,
+        "self_only": self_only, "images": images, "query_vector": Vector(query_vector),
+        "query_text": query_text, "per_arm": per_arm, "docs": float(stats.docs),
+        "avgdl": stats.avgdl, "budget": budget,
+    }  # fmt: skip
+
+
+async def run_statement(
+    conn: asyncpg.Connection, statement: NamedSQL, values: dict[str, object]
+) -> list[Candidate]:
+    return [Candidate(*r) for r in await conn.fetch(statement.sql, *statement.args(values))]
+
+
 async def candidates(
     conn: asyncpg.Connection,
     principal: Principal,
@@ -272,20 +307,15 @@ async def candidates(
     """
     if exact is None:
         exact = stats.size(subset) < EXACT_BELOW
-    args: tuple[object, ...] = (
-        principal.workspace_id, store_id, principal.is_service, principal.member,
-        principal.rooms, filters.categories, filters.tiers, filters.fact_types, filters.scopes,
-        filters.entities, filters.created_after, filters.created_before, filters.event_after,
-        filters.event_before, filters.min_importance, filters.include_superseded, speaker,
-        self_only, images, Vector(query_vector),
-        query_text if use_fts else "", per_arm, float(stats.docs), stats.avgdl,
+    values = statement_values(
+        principal, store_id, stats, query_vector, query_text if use_fts else "", filters,
+        per_arm=per_arm, budget=UNBOUNDED if exact else MATCH_BUDGET, speaker=speaker,
+        self_only=self_only, images=images,
     )  # fmt: skip
-    budget = UNBOUNDED if exact else MATCH_BUDGET
-    rows = await conn.fetch(STATEMENTS[exact, subset], *args, budget)
-    found = [Candidate(*r) for r in rows]
+    found = await run_statement(conn, STATEMENTS[exact, subset], values)
     if not exact and sum(c.in_vec for c in found) < per_arm:
-        rows = await conn.fetch(STATEMENTS[True, subset], *args, UNBOUNDED)
-        found = [Candidate(*r) for r in rows]
+        values["budget"] = UNBOUNDED
+        found = await run_statement(conn, STATEMENTS[True, subset], values)
     return found
 
 

@@ -1,0 +1,40 @@
+"""SQL with named parameters, for statements with many of them.
+
+asyncpg takes positional ``$n`` parameters only. A statement written with ``:name``
+placeholders is compiled once (at import) into ``$n`` form, and ``args`` lays out the
+values by name, so a statement with twenty-odd parameters is read and edited by name
+rather than by keeping ``$17`` straight in a comment. A name used twice is one
+parameter. Casts (``::vector``), quoted literals and comments are left alone.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+# A comment or a quoted literal (both kept as they are), or a :name that is not the second
+# colon of a ``::`` cast.
+_TOKEN = re.compile(r"--[^\n]*|'(?:[^']|'')*'|(?<![:\w]):([a-z_][a-z0-9_]*)")
+
+
+class NamedSQL:
+    def __init__(self, sql: str) -> None:
+        self.names: list[str] = []
+
+        def number(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name is None:  # a comment or a literal
+                return match.group(0)
+            if name not in self.names:
+                self.names.append(name)
+            return f"${self.names.index(name) + 1}"
+
+        self.sql = _TOKEN.sub(number, sql)
+
+    def args(self, values: Mapping[str, object]) -> list[object]:
+        """The values in parameter order; every name must be given, and nothing else."""
+        missing = [n for n in self.names if n not in values]
+        extra = sorted(set(values) - set(self.names))
+        if missing or extra:
+            raise KeyError(f"SQL parameters: missing {missing}, unexpected {extra}")
+        return [values[n] for n in self.names]
