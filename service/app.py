@@ -19,17 +19,27 @@ from embeddings import Embedder
 from embeddings.worker import Worker, WorkerConfig
 from service import db
 from service.bootstrap import bootstrap, print_first_key
-from service.faces.search import METER, TOUCHER, Toucher
 from service.inputs import input_middleware
 from service.metrics import Metrics
 from service.middleware import access_middleware, context_middleware
 from service.outage import Outage
 from service.queries import idempotency, ratelimit, search, usage
 from service.queries import memories as q
+from service.queries.search import Toucher
 from service.routes import ROUTES, Route
 from service.server import standard_headers
 from service.settings import Settings
-from service.state import METRICS, MODEL, OUTAGE, POOL, ROUTE_SPECS, SETTINGS, Model
+from service.state import (
+    EMBEDDER,
+    METER,
+    METRICS,
+    OUTAGE,
+    POOL,
+    ROUTE_SPECS,
+    SETTINGS,
+    TOUCHER,
+    EmbedderSlot,
+)
 
 log = logging.getLogger("mneme.app")
 
@@ -77,7 +87,7 @@ def create_app(
     )
     app[SETTINGS] = settings
     app[METRICS] = Metrics()
-    app[MODEL] = Model()
+    app[EMBEDDER] = EmbedderSlot()
     app[OUTAGE] = Outage()
     specs: dict[web.AbstractRoute, Route] = {}
     for spec in ROUTES:
@@ -97,7 +107,7 @@ def create_app(
         await pool.close()
 
     async def model(app: web.Application) -> AsyncIterator[None]:
-        slot = app[MODEL]
+        slot = app[EMBEDDER]
         if embedder is not None:
             slot.set(embedder)
             yield
@@ -168,7 +178,7 @@ async def embedding_worker(app: web.Application) -> AsyncIterator[None]:
     metrics = app[METRICS]
 
     async def run() -> None:
-        slot = app[MODEL]
+        slot = app[EMBEDDER]
         await slot.ready.wait()
         assert slot.embedder is not None
         worker = Worker(

@@ -1,4 +1,5 @@
-"""Typed keys for what the application holds: settings, pool, model, metrics, routes."""
+"""Typed keys for what the application holds: settings, pool, embedder, metrics, routes,
+and the batches written off the response path."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from aiohttp import web
 from embeddings import Embedder
 from embeddings.batcher import QueryEncoder
 from service.outage import Outage
+from service.queries.search import Toucher
+from service.queries.usage import Meter
 from service.settings import Settings
 
 if TYPE_CHECKING:
@@ -20,7 +23,7 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class Model:
+class EmbedderSlot:
     """The embedding model, loaded in the background after start-up.
 
     ``state`` is what ``/readyz`` reports: ``loading``, ``ready`` or ``failed``.
@@ -42,5 +45,8 @@ SETTINGS = web.AppKey("settings", Settings)
 POOL = web.AppKey("pool", asyncpg.Pool)
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
 ROUTE_SPECS: web.AppKey[dict[web.AbstractRoute, Route]] = web.AppKey("route_specs")
-MODEL = web.AppKey("model", Model)
+EMBEDDER = web.AppKey("embedder", EmbedderSlot)
+# Off the response path: last-use stamps and billed units, gathered and written in batches.
+TOUCHER = web.AppKey("toucher", Toucher)
+METER = web.AppKey("meter", Meter)
 OUTAGE = web.AppKey("outage", Outage)

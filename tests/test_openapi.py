@@ -106,7 +106,7 @@ async def test_request_bodies_document_the_fields_their_handlers_decode(client: 
 
 
 async def test_the_search_body_documents_what_the_parser_reads(client: Client) -> None:
-    from service.faces import search
+    from service.faces.search import request as search
 
     doc: dict[str, Any] = await (await client.get("/openapi.json")).json()
     schema = _resolve(doc, {"$ref": "#/components/schemas/SearchRequest"})

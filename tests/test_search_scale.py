@@ -243,7 +243,7 @@ def _cand(cid: str, day: int) -> sq.Candidate:
 
 
 def test_verify_passes_draw_on_the_days_already_found() -> None:
-    from service.faces.search import VERIFY_SAME_DAY, verify_passes
+    from service.faces.search.verify import VERIFY_SAME_DAY, verify_passes
 
     ranked = [
         (_cand("a", 1), 1.0),

@@ -12,7 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from embeddings.worker import queue_state
 from service import migrations
 from service.jsonutil import json_response
-from service.state import METRICS, MODEL, OUTAGE, POOL
+from service.state import EMBEDDER, METRICS, OUTAGE, POOL
 
 log = logging.getLogger("mneme.ops")
 
@@ -26,7 +26,7 @@ async def readyz(request: web.Request) -> web.Response:
         "status": "ok",
         "database": "ok",
         "migrations": "ok",
-        "model": request.app[MODEL].state,
+        "model": request.app[EMBEDDER].state,
         "embeddingQueue": 0,
     }
     try:

@@ -17,8 +17,10 @@ cached generic plan cannot pick the wrong path for a store.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, fields
 from datetime import datetime
+from typing import Any
 
 import asyncpg
 import numpy as np
@@ -342,6 +344,24 @@ async def touch(conn: asyncpg.Connection | asyncpg.Pool, workspace_id: str, ids:
         await conn.execute(TOUCH, workspace_id, ids)
     except asyncpg.ForeignKeyViolationError:
         await conn.execute(TOUCH, workspace_id, ids)
+
+
+class Toucher:
+    """Batches ``last_used_at = now()`` for returned memories, off the response path."""
+
+    def __init__(self) -> None:
+        self.pending: dict[str, set[str]] = {}
+        self.wake = asyncio.Event()
+
+    def add(self, workspace_id: str, ids: list[str]) -> None:
+        self.pending.setdefault(workspace_id, set()).update(ids)
+        self.wake.set()
+
+    async def flush(self, pool: Any) -> None:
+        batch, self.pending = self.pending, {}
+        for workspace_id, ids in batch.items():
+            if ids:
+                await touch(pool, workspace_id, sorted(ids))
 
 
 # --- keeping the statistics small ---------------------------------------------------------

@@ -1,0 +1,215 @@
+"""``POST /api/v1/memory/search``: parse, look up the store, answer (from the cache or by
+retrieval), bill.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from embeddings.batcher import Vector
+from service import ranking
+from service.errors import ApiError, not_found
+from service.faces.search.billing import TTL_S, WRITE_RATE, options_key, result_tokens_of
+from service.faces.search.models import MemoryModel, pick_model
+from service.faces.search.render import render
+from service.faces.search.request import SearchRequest, parse_request
+from service.faces.search.verify import VERIFY_DEPTH, verify_passes
+from service.inputs import body_of
+from service.middleware import phase, principal_of
+from service.queries import memories as q
+from service.queries import search as sq
+from service.queries import usage
+from service.queries.search import Candidate, SearchFilters
+from service.state import EMBEDDER, METER, POOL, TOUCHER
+
+
+async def search(request: web.Request) -> web.Response:
+    model = pick_model(request.headers.get("X-WOS-Model"))
+    req = parse_request(await body_of(request), model, request.headers.get("X-WOS-Form"))
+    # The model encodes the query while the store is looked up (~1 ms saved of each
+    # search). Not for a cacheable search: a cache hit needs no vector.
+    queries = request.app[EMBEDDER].queries
+    early = None
+    if req.cache is None and queries is not None:
+        early = asyncio.ensure_future(queries.encode(req.query))
+    try:
+        return await _search(request, model, req, early)
+    finally:
+        if early is not None:
+            # Not needed (a 404): stop waiting. The model still finishes the batch it is
+            # in, and its cache keeps the vector. No-op once done.
+            early.cancel()
+            if early.done() and not early.cancelled():
+                early.exception()  # retrieved: a failure here was answered already
+
+
+async def _search(
+    request: web.Request,
+    model: MemoryModel,
+    req: SearchRequest,
+    early: asyncio.Future[Vector] | None,
+) -> web.Response:
+    principal = principal_of(request)
+    pool = request.app[POOL]
+    started = time.perf_counter()
+    found = await sq.store_and_profile(pool, principal.workspace_id, req.store_ref)
+    phase(request, "store", time.perf_counter() - started)
+    if found is None:
+        raise not_found(f"Store {req.store_ref!r} not found")
+    store, stats = found
+    if req.speaker is not None and not await q.speaker_exists(
+        pool, principal.workspace_id, store.id, req.speaker
+    ):
+        raise not_found(f"Speaker {req.speaker!r} is not registered in store {store.name!r}")
+
+    slot = request.app[EMBEDDER]
+    if slot.queries is None or slot.embedder is None:
+        raise ApiError(503, "The embedding model is still loading; retry in a few seconds",
+                       headers={"Retry-After": "5"})  # fmt: skip
+    embedder = slot.embedder
+    query_tokens = embedder.count_tokens(req.query)
+
+    # The cache: one entry per (store, model, options, reader); valid while the store is
+    # unchanged.
+    reader = hashlib.sha256(principal.visibility.encode()).digest()
+    cache_key = usage.CacheKey(
+        principal.workspace_id, store.id, model.name, options_key(req), reader
+    )
+    entry = None
+    if req.cache is not None:
+        entry = await usage.cached(pool, cache_key)
+        if entry is not None and entry.store_version != store.version:
+            entry = None
+        if entry is not None and entry.query == req.query:
+            units = 0.1 * (query_tokens + entry.result_tokens)
+            request.app[METER].add(principal.workspace_id, "search", units)
+            request.app[TOUCHER].add(principal.workspace_id, entry.memory_ids)
+            return web.Response(
+                body=entry.response, content_type="application/json",
+                headers={"X-Cache": "hit", "X-Usage-Units": f"{units:.4f}"},
+            )  # fmt: skip
+
+    body, delivered = await answer(request, model, req, store, stats, principal, early)
+    started = time.perf_counter()
+    encoded = msgspec.json.encode(body)
+    returned = [c.id for c in delivered]
+    result_tokens = result_tokens_of(delivered, embedder)
+    phase(request, "bill", time.perf_counter() - started)
+    if req.cache is None:
+        units, cache_header = query_tokens + result_tokens, "miss"
+    else:
+        rate = WRITE_RATE[req.cache]
+        cached_part = (
+            entry.query_tokens if entry is not None and req.query.startswith(entry.query) else 0
+        )
+        units = 0.1 * cached_part + rate * (query_tokens - cached_part) + result_tokens
+        cache_header = "write"
+        await usage.put_cached(
+            pool, cache_key,
+            usage.Cached(req.query, query_tokens, result_tokens, store.version, returned, encoded,
+                         datetime.now(UTC)),
+            TTL_S[req.cache],
+        )  # fmt: skip
+    request.app[METER].add(principal.workspace_id, "search", units)
+    # Both are written off the response path; the toucher's wake also flushes the meter.
+    request.app[TOUCHER].add(principal.workspace_id, returned)
+    return web.Response(
+        body=encoded, content_type="application/json",
+        headers={"X-Cache": cache_header, "X-Usage-Units": f"{units:.4f}"},
+    )  # fmt: skip
+
+
+async def answer(
+    request: web.Request,
+    model: MemoryModel,
+    req: SearchRequest,
+    store: q.Store,
+    stats: sq.Profile,
+    principal: Any,
+    early: asyncio.Future[Vector] | None = None,
+) -> tuple[dict[str, Any], list[Candidate]]:
+    """Retrieve and render; returns the body and the memories it delivers. ``early``:
+    the query's vector, already being computed."""
+    pool = request.app[POOL]
+    slot = request.app[EMBEDDER]
+    assert slot.queries is not None
+    started = time.perf_counter()  # "embed": the wait for the vector
+    query_vector = await (early if early is not None else slot.queries.encode(req.query))
+    phase(request, "embed", time.perf_counter() - started)
+    started = time.perf_counter()
+    now = datetime.now(UTC)
+    per_arm = max(60, 4 * req.max_results)
+
+    async with pool.acquire() as conn:
+
+        async def retrieve(
+            *,
+            subset: str,
+            self_only: bool | None,
+            images: bool | None,
+            speaker: str | None,
+            filters: SearchFilters,
+            depth: int = per_arm,
+        ) -> list[tuple[Candidate, float]]:
+            """The subset's candidates, ranked best first with their scores."""
+            if stats.size(subset) == 0:
+                return []  # nothing of that kind in the store: no need to ask
+            found = await sq.candidates(
+                conn, principal, store.id, stats, query_vector, req.query, filters,
+                per_arm=depth, subset=subset, speaker=speaker, self_only=self_only,
+                images=images, use_fts=model.fuse_text,
+            )  # fmt: skip
+            return ranking.scored(
+                found, fuse_text=model.fuse_text, use_features=model.features, now=now
+            )
+
+        self_mode = model.self_apart
+        wants_self = req.speaker == "me" and self_mode
+        memories: list[Candidate] = []
+        verify_used = 0
+        if not wants_self:
+            # verify's passes draw on one retrieval, a little deeper than a plain one.
+            depth = max(per_arm, VERIFY_DEPTH) if req.verify else per_arm
+            ranked = await retrieve(
+                subset="all", self_only=False if self_mode else None,
+                images=False if model.images else None, speaker=req.speaker,
+                filters=req.filters, depth=depth,
+            )  # fmt: skip
+            memories = [c for c, _ in ranked[: req.max_results]]
+            memories, verify_used = verify_passes(memories, ranked, req.max_results, req.verify)
+        self_memories: list[Candidate] = []
+        if self_mode:
+            ranked = await retrieve(
+                subset="self", self_only=True, images=None, speaker=None, filters=SearchFilters()
+            )
+            self_memories = [c for c, _ in ranked[: req.max_results]]
+        images: list[Candidate] = []
+        if model.images and req.max_images:
+            ranked = await retrieve(
+                subset="images", self_only=None, images=True, speaker=None, filters=req.filters
+            )
+            images = [c for c, _ in ranked[: req.max_images]]
+
+    phase(request, "retrieve", time.perf_counter() - started)
+    started = time.perf_counter()
+    strip = store.strip_temporal
+    body: dict[str, Any] = {"memories": [render(c, req, strip) for c in memories]}
+    if model.images:
+        body["images"] = [
+            {**render(c, req, strip), "media_url": f"/api/v1/memories/{c.id}/media"} for c in images
+        ]
+    if self_mode:
+        body["self_memories"] = [render(c, req, strip) for c in self_memories]
+    if req.verify > 0:
+        body["verify_used"] = verify_used
+    if req.warnings:
+        body["warnings"] = req.warnings
+    phase(request, "render", time.perf_counter() - started)
+    return body, memories + self_memories + images

@@ -1,0 +1,48 @@
+"""verify: further passes that reach past plain rank order (SPEC §3.3)."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+from service import ranking
+from service.jsonutil import utc
+from service.queries.search import Candidate
+
+# verify (tuned on LoCoMo multi-hop, bench/results/quality.md): a candidate from a day the
+# answer already draws on counts this much more; candidates per arm (at least).
+VERIFY_SAME_DAY = 1.6
+VERIFY_DEPTH = 80
+
+
+def day_of(c: Candidate) -> Hashable:
+    return utc(c.event_date or c.created_at).date()
+
+
+def verify_passes(
+    first: list[Candidate], ranked: list[tuple[Candidate, float]], per_pass: int, passes: int
+) -> tuple[list[Candidate], int]:
+    """verify: up to ``passes`` more passes of ``per_pass`` memories each.
+
+    A pass never repeats a memory already returned, and it reaches past plain rank
+    order into the context of what was found: a memory from a day (a session, for a
+    conversation) that the answer already draws on weighs ``VERIFY_SAME_DAY`` times its
+    score. Multi-hop questions are answered by several statements about one topic, and
+    they tend to sit in the same sessions as the first evidence found. The order of the
+    fused ranking is kept otherwise: what was returned is dropped after ranking, not
+    excluded before it (that would promote whatever followed it in one arm). Stops early
+    when a pass adds nothing; returns the memories and the passes that added some.
+    """
+    returned = {c.id for c in first}
+    covered: dict[Hashable, int] = {}
+    for c in first:
+        covered[day_of(c)] = covered.get(day_of(c), 0) + 1
+    out, used = list(first), 0
+    for _ in range(passes):
+        fresh = [(c, score) for c, score in ranked if c.id not in returned]
+        extra = ranking.spread(fresh, covered, day_of, per_pass, VERIFY_SAME_DAY, cap=1)
+        if not extra:
+            break
+        used += 1
+        out += extra
+        returned.update(c.id for c in extra)
+    return out, used
