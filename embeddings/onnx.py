@@ -114,6 +114,9 @@ class OnnxTransformer:
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+        # Idle threads sleep instead of spinning: on a small machine a spinning pool
+        # takes the cores PostgreSQL and the event loop need right after each query.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self.tokenizer = tokenizer
         self.max_tokens = max_tokens
