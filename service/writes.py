@@ -10,6 +10,7 @@ search cache) and wake the embedding workers — triggers on ``memories`` do
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -20,7 +21,7 @@ from msgspec import UNSET, UnsetType
 
 from service import validation as v
 from service.errors import ApiError, bad_request, conflict, forbidden, not_found
-from service.inputs import check_strings, decode_json
+from service.inputs import check_strings, decode_json, string_problem
 from service.jsonutil import parse_time
 from service.queries import memories as q
 from service.queries.keys import Principal
@@ -263,18 +264,20 @@ def identity_key(
     provider_ref: str | None,
     path: str | None,
     content_sha256: str | None,
-) -> str | None:
+) -> int | None:
     """What a write's outcome hangs on besides its own row, as an advisory-lock key:
     its sync identity, or (no path, no providerRef) its text, for the duplicate rule. Two
     writes with one key are serialised until commit. A path write has none: the unique
-    index on paths decides between two of them."""
+    index on paths decides between two of them. Hashed here, so no client string (NUL or
+    not) reaches the lock statement."""
     if provider_ref is not None:
         parts = (ctx.workspace_id, store_id, provider, provider_ref)
     elif path is not None or content_sha256 is None:
         return None
     else:
         parts = (ctx.workspace_id, store_id, "", content_sha256)  # "": no provider is blank
-    return "\x1f".join(parts)
+    digest = hashlib.sha256("\x1f".join(parts).encode("utf-8", "surrogatepass")).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
 
 
 async def lock_batch(conn: asyncpg.Connection, ctx: WriteContext, items: list[MemoryIn]) -> None:
@@ -284,9 +287,11 @@ async def lock_batch(conn: asyncpg.Connection, ctx: WriteContext, items: list[Me
     cannot be worked out (bad text, unknown store) takes none: it fails in its turn."""
     keys = []
     for item in items:
+        store_ref = item.store if item.store is not UNSET else "default"
+        if string_problem(store_ref) is not None:
+            continue  # the store is looked up by name in SQL: it fails in its turn
         try:
-            check_strings(item)
-            store = await store_of(conn, ctx, item.store if item.store is not UNSET else "default")
+            store = await store_of(conn, ctx, store_ref)
             sha = v.sha256_hex(v.check_text(item.text)) if isinstance(item.text, str) else None
         except ApiError:
             continue

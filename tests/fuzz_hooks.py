@@ -27,13 +27,15 @@ REAL: dict[str, list[str]] = json.loads(os.environ.get("MNEME_FUZZ_IDS", "{}"))
 def map_path_parameters(
     context: Any, path_parameters: dict[str, Any] | None
 ) -> dict[str, Any] | None:
-    for name, value in (path_parameters or {}).items():
+    if path_parameters is None:
+        return None
+    for name, value in path_parameters.items():
         choices = REAL.get(name)
         if not choices or not isinstance(value, str) or "\x00" in value:
             continue
         pick = zlib.crc32(value.encode("utf-8", "replace"))
         if pick % 2 == 0:
-            path_parameters[name] = choices[(pick // 2) % len(choices)]  # type: ignore[index]
+            path_parameters[name] = choices[(pick // 2) % len(choices)]
     return path_parameters
 
 

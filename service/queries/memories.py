@@ -293,13 +293,13 @@ async def find_duplicate(
 # In one order (by lock id) whatever order the keys come in: two transactions locking
 # overlapping sets cannot each hold one the other waits for.
 LOCK_IDENTITIES = """
-SELECT count(pg_advisory_xact_lock(h)) FROM (
-    SELECT DISTINCT hashtextextended(k, 0) AS h FROM unnest($1::text[]) AS k ORDER BY h
+SELECT count(pg_advisory_xact_lock(k)) FROM (
+    SELECT DISTINCT k FROM unnest($1::bigint[]) AS k ORDER BY k
 ) ordered
 """
 
 
-async def lock_identities(conn: asyncpg.Connection, keys: list[str]) -> None:
+async def lock_identities(conn: asyncpg.Connection, keys: list[int]) -> None:
     """Serialise writes that would decide the same identity (dedupe, upsert) until commit."""
     if keys:
         await conn.execute(LOCK_IDENTITIES, keys)
