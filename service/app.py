@@ -23,7 +23,7 @@ from service.inputs import input_middleware
 from service.metrics import Metrics
 from service.middleware import access_middleware, context_middleware
 from service.outage import Outage
-from service.queries import idempotency, ratelimit, search, usage
+from service.queries import idempotency, ratelimit, search, stores, usage
 from service.queries import memories as q
 from service.queries.search import Toucher
 from service.routes import ROUTES, Route
@@ -227,6 +227,7 @@ async def janitor(app: web.Application) -> AsyncIterator[None]:
                     await idempotency.prune(conn)
                     await usage.prune(conn)
                     await search.compact_stats(conn)
+                    await stores.prune_versions(conn)
                 if since_retention >= settings.retention_interval_s:
                     since_retention = 0.0
                     await retention()

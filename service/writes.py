@@ -129,7 +129,7 @@ async def store_of(conn: asyncpg.Connection, ctx: WriteContext, ref: str) -> Sto
     key = ref.lower() if not ref.startswith("memstore_") else ref
     store = ctx.stores.get(key)
     if store is None:
-        store = await q.resolve_store(conn, ctx.workspace_id, ref)
+        store = await q.resolve_store(conn, ctx.workspace_id, ref, for_write=True)
         if store is None:
             raise not_found(f"Store {ref!r} not found")
         ctx.stores[key] = store

@@ -239,9 +239,9 @@ async def test_an_upgrade_from_0003_keeps_memories_searchable(
         assert applied == shipped[3:]
         assert await conn.fetchval("SELECT count(*) FROM idempotency_keys") == 0
         assert await conn.fetchval("SELECT count(*) FROM search_cache") == 0
-        # From 0007 on, a change to a memory stamps its store's version.
+        # From 0007 on, a change to a memory stamps its store's version (kept apart from 0008).
         await conn.execute("UPDATE memories SET category = 'birds' WHERE id = 'mem_2'")
-        assert await conn.fetchval("SELECT version FROM stores WHERE id = 's_1'") != 0
+        assert await conn.fetchval("SELECT version FROM store_versions WHERE store_id = 's_1'") != 0
 
         await db._init_connection(conn)
         who = Principal("k", "ws_1", "scale", "service", None, frozenset(), [])

@@ -1,8 +1,9 @@
 """What every change to memories must do happens in the database (SPEC §9).
 
 Stamping the store's version (which invalidates its cached searches) and waking the
-embedding workers are done by triggers on ``memories`` (0007_trust.sql), so no write
-path can forget them: each way a memory changes is tried here against a cached search.
+embedding workers are done by triggers on ``memories`` and ``stores`` (0007_trust.sql,
+0008_store_versions.sql), so no write path can forget them: each way a memory changes is
+tried here against a cached search.
 """
 
 from __future__ import annotations
@@ -18,12 +19,19 @@ from embeddings.model import SentenceTransformerEmbedder
 from embeddings.worker import CHANNEL, Worker
 from service import db
 from service.queries import memories as q
+from service.queries import stores
 from service.settings import Settings
 from tests.helpers import ADMIN, Client
 
 SEARCH = "/api/v1/memory/search"
 BODY: dict[str, Any] = {"user_id": "default", "query": "oat milk", "max_results": 5,
                         "cache_control": {"type": "ephemeral", "ttl": "1h"}}  # fmt: skip
+
+# The default store's version, as the service reads it (0 before its first stamp).
+DEFAULT_VERSION = """
+SELECT coalesce((SELECT v.version FROM store_versions v JOIN stores s ON s.id = v.store_id
+                 WHERE s.name = 'default'), 0)
+"""
 
 
 async def cache_state(client: Client) -> str:
@@ -141,7 +149,7 @@ async def test_a_vector_arriving_invalidates_cached_searches_but_wakes_no_worker
     # vector-only model would not find the memory at all) for as long as it lives.
     await new_memory(client)
     await primed(client)
-    version = await conn.fetchval("SELECT version FROM stores WHERE name = 'default'")
+    version = await conn.fetchval(DEFAULT_VERSION)
     heard: list[str] = []
     await conn.add_listener(CHANNEL, lambda *args: heard.append(args[1]))
     pool = await db.create_pool(db_url, Settings(database_url=db_url, pool_min=1, pool_max=2))
@@ -149,14 +157,14 @@ async def test_a_vector_arriving_invalidates_cached_searches_but_wakes_no_worker
         worker = Worker(pool, embedder)
         claimed = await worker.claim()  # claiming (a lease) changes nothing a reader sees
         assert len(claimed) == 1
-        assert await conn.fetchval("SELECT version FROM stores WHERE name = 'default'") == version
+        assert await conn.fetchval(DEFAULT_VERSION) == version
         await worker.release([(c.workspace_id, c.id) for c in claimed])
         assert await worker.drain() == 1
     finally:
         await pool.close()
     await asyncio.sleep(0.2)
     assert heard == []  # storing a vector does not wake the workers again
-    assert await conn.fetchval("SELECT version FROM stores WHERE name = 'default'") != version
+    assert await conn.fetchval(DEFAULT_VERSION) != version
     assert await cache_state(client) == "write"
 
 
@@ -240,3 +248,68 @@ async def test_concurrent_writers_of_shared_texts_and_stores_never_deadlock(
             *(lone(i) for i in range(6)),
         )
         assert set(statuses) <= {200, 201}, statuses
+
+
+async def race_a_store_delete(client: Client, round_: int) -> list[int]:
+    """Writes, a PATCH, a store update, a speaker and cached searches racing a forced
+    delete of their store."""
+    resp = await client.post(
+        "/api/v1/forward/memory_stores", json={"name": f"doomed{round_}"}, headers=ADMIN
+    )
+    store = (await resp.json())["id"]
+    first = await new_memory(client, store=store, text=f"seed {round_}")
+
+    async def write(i: int) -> int:
+        body = {"text": f"note {round_}.{i}", "store": store}
+        return (await client.post("/api/v1/memories", json=body, headers=ADMIN)).status
+
+    async def patch() -> int:
+        body = {"category": "late"}
+        return (await client.patch(f"/api/v1/memories/{first}", json=body, headers=ADMIN)).status
+
+    async def update() -> int:
+        url, body = f"/api/v1/forward/memory_stores/{store}", {"description": "going"}
+        return (await client.post(url, json=body, headers=ADMIN)).status
+
+    async def speaker() -> int:
+        url = f"/api/v1/stores/{store}/speakers"
+        return (await client.post(url, json={"name": f"Sam{round_}"}, headers=ADMIN)).status
+
+    async def search() -> int:
+        return (await client.post(SEARCH, json={**BODY, "user_id": store}, headers=ADMIN)).status
+
+    async def delete() -> int:
+        await asyncio.sleep(0.005 * round_)
+        url = f"/api/v1/forward/memory_stores/{store}?force=true"
+        return (await client.delete(url, headers=ADMIN)).status
+
+    others = (patch(), update(), speaker(), search(), search())
+    return list(await asyncio.gather(*(write(i) for i in range(6)), *others, delete()))
+
+
+async def test_deleting_a_store_while_it_is_written_never_deadlocks(client: Client) -> None:
+    # A write holds a key-share lock on its store's row (the memory's foreign key) until
+    # commit, when it stamps the store's version; a delete queues for that row. With the
+    # version kept on the store's row, the two waited for each other (found by fuzzing).
+    for round_ in range(6):
+        statuses = await race_a_store_delete(client, round_)
+        # Before or after the delete: done, or the store is gone (404); never a 5xx.
+        assert all(s < 500 for s in statuses), statuses
+        assert statuses[-1] == 200
+
+
+async def test_a_deleted_stores_version_is_pruned_by_the_janitor(
+    client: Client, conn: asyncpg.Connection
+) -> None:
+    resp = await client.post("/api/v1/forward/memory_stores", json={"name": "brief"}, headers=ADMIN)
+    store = (await resp.json())["id"]
+    await new_memory(client, store=store)
+    await new_memory(client)
+    stamped = "SELECT store_id FROM store_versions ORDER BY store_id"
+    kept = [r["store_id"] for r in await conn.fetch(stamped) if r["store_id"] != store]
+    assert store in [r["store_id"] for r in await conn.fetch(stamped)]
+    url = f"/api/v1/forward/memory_stores/{store}?force=true"
+    assert (await client.delete(url, headers=ADMIN)).status == 200
+    await stores.prune_versions(conn)
+    assert [r["store_id"] for r in await conn.fetch(stamped)] == kept
+    assert kept  # the default store keeps its version

@@ -14,6 +14,12 @@ from tests.helpers import ADMIN, Client, auth, make_key, make_member
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
 
+# The default store's version, as the service reads it (0 before its first stamp).
+DEFAULT_VERSION = """
+SELECT coalesce((SELECT v.version FROM store_versions v JOIN stores s ON s.id = v.store_id
+                 WHERE s.name = 'default'), 0)
+"""
+
 
 def image(data: bytes, mime_type: str = "image/png") -> dict[str, str]:
     return {"data": base64.b64encode(data).decode(), "mimeType": mime_type}
@@ -515,15 +521,15 @@ async def test_writes_bump_the_store_version_and_notify_workers(
 ) -> None:
     heard: list[str] = []
     await conn.add_listener("mneme_embed", lambda *args: heard.append(args[2]))
-    before = await conn.fetchval("SELECT version FROM stores WHERE name = 'default'")
+    before = await conn.fetchval(DEFAULT_VERSION)
     await post(client, {"text": "wake up"})
     await asyncio.sleep(0.2)
-    after = await conn.fetchval("SELECT version FROM stores WHERE name = 'default'")
+    after = await conn.fetchval(DEFAULT_VERSION)
     assert after != before
     assert heard == ["mneme_embed"]
     # A refused write bumps nothing.
     await post(client, {"text": ""})
-    assert await conn.fetchval("SELECT version FROM stores WHERE name = 'default'") == after
+    assert await conn.fetchval(DEFAULT_VERSION) == after
 
 
 async def test_stores_are_named_by_id_or_case_insensitive_name(client: Client) -> None:

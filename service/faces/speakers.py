@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import asyncpg
 import msgspec
 from aiohttp import web
 
@@ -56,7 +57,10 @@ async def add_speaker(request: web.Request) -> web.Response:
     if name == "me":
         raise conflict("Speaker 'me' (the agent itself) always exists")
     workspace = principal_of(request).workspace_id
-    added = await q.add_speaker(request.app[POOL], workspace, store.id, name)
+    try:
+        added = await q.add_speaker(request.app[POOL], workspace, store.id, name)
+    except asyncpg.ForeignKeyViolationError:  # the store was deleted since it was looked up
+        raise not_found(f"Store {store.id!r} not found") from None
     if added is None:
         raise conflict(f"Speaker {name!r} is already registered in store {store.name!r}")
     return json_response({"name": added[0], "created_at": iso(added[1])}, status=201)

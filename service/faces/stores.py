@@ -186,6 +186,8 @@ async def update_store(request: web.Request) -> web.Response:
         )  # fmt: skip
     except asyncpg.UniqueViolationError:
         raise conflict(f"A memory store named {name!r} already exists") from None
+    if updated is None:  # deleted since it was looked up
+        raise not_found(f"Memory store {store.id!r} not found")
     return json_response(store_object(updated))
 
 

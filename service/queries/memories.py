@@ -125,8 +125,12 @@ def _memory(row: asyncpg.Record) -> Memory:
 
 # --- stores and speakers ------------------------------------------------------------------
 
+# For a row of stores (unaliased); the version is kept apart (0008_store_versions.sql).
 STORE_COLUMNS = """
-id, name, description, metadata, strip_temporal, version, created_at, updated_at
+id, name, description, metadata, strip_temporal,
+coalesce((SELECT v.version FROM store_versions v
+          WHERE v.workspace_id = stores.workspace_id AND v.store_id = stores.id), 0) AS version,
+created_at, updated_at
 """
 
 SELECT_STORE = f"""
@@ -137,9 +141,19 @@ LIMIT 1
 """
 
 
-async def resolve_store(conn: Conn, workspace_id: str, ref: str) -> Store | None:
-    """A store by its ``memstore_…`` id (exact) or its name (case-insensitive)."""
-    row = await conn.fetchrow(SELECT_STORE, workspace_id, ref)
+# For a write: the store's row stays until the writer commits (a delete of the store waits
+# for it, then deletes what it wrote), where the memory's foreign key, checked later, would
+# fail if the store were deleted in between.
+SELECT_STORE_FOR_WRITE = SELECT_STORE + "FOR KEY SHARE OF stores"
+
+
+async def resolve_store(
+    conn: Conn, workspace_id: str, ref: str, *, for_write: bool = False
+) -> Store | None:
+    """A store by its ``memstore_…`` id (exact) or its name (case-insensitive);
+    ``for_write`` keeps it from being deleted until the transaction ends."""
+    sql = SELECT_STORE_FOR_WRITE if for_write else SELECT_STORE
+    row = await conn.fetchrow(sql, workspace_id, ref)
     return None if row is None else Store(**dict(row.items()))
 
 

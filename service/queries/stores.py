@@ -17,7 +17,7 @@ import asyncpg
 from service.ids import new_id
 from service.queries import Conn
 from service.queries.keys import Principal
-from service.queries.memories import Store
+from service.queries.memories import STORE_COLUMNS, Store
 
 MAX_CODE_POINT = 0x10FFFF
 
@@ -38,7 +38,6 @@ def successor(prefix: str) -> str | None:
 
 # --- stores -------------------------------------------------------------------------------
 
-STORE_COLUMNS = "id, name, description, metadata, strip_temporal, version, created_at, updated_at"
 
 INSERT_STORE = f"""
 INSERT INTO stores (workspace_id, id, name, description, metadata, strip_temporal)
@@ -65,7 +64,7 @@ async def create_store(
 
 UPDATE_STORE = f"""
 UPDATE stores SET name = $3, description = $4, metadata = $5, strip_temporal = $6,
-                  version = mneme_write_version(), updated_at = now()
+                  updated_at = now()
 WHERE workspace_id = $1 AND id = $2
 RETURNING {STORE_COLUMNS}
 """
@@ -79,13 +78,13 @@ async def update_store(
     description: str,
     metadata: dict[str, str],
     strip_temporal: bool,
-) -> Store:
-    """Raises ``asyncpg.UniqueViolationError`` when the new name is taken."""
+) -> Store | None:
+    """``None`` when the store is gone (deleted meanwhile); raises
+    ``asyncpg.UniqueViolationError`` when the new name is taken."""
     row = await conn.fetchrow(
         UPDATE_STORE, workspace_id, store.id, name, description, metadata, strip_temporal
     )
-    assert row is not None
-    return Store(*row)
+    return None if row is None else Store(*row)
 
 
 LIST_STORES_AFTER = f"""
@@ -128,6 +127,19 @@ DELETE_STORE = "DELETE FROM stores WHERE workspace_id = $1 AND id = $2"
 
 async def has_active(conn: Conn, workspace_id: str, store_id: str) -> bool:
     return bool(await conn.fetchval(HAS_ACTIVE, workspace_id, store_id))
+
+
+# A deleted store's version row (0008_store_versions.sql: no foreign key, so that stamping a
+# version never waits on a store being deleted), removed afterwards by the janitor.
+PRUNE_VERSIONS = """
+DELETE FROM store_versions v
+WHERE NOT EXISTS (SELECT 1 FROM stores s WHERE s.workspace_id = v.workspace_id
+                  AND s.id = v.store_id)
+"""
+
+
+async def prune_versions(conn: Conn) -> None:
+    await conn.execute(PRUNE_VERSIONS)
 
 
 async def delete_store(conn: asyncpg.Connection, workspace_id: str, store_id: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from datetime import date, datetime
 
@@ -132,12 +133,14 @@ async def cached(conn: Conn, key: CacheKey) -> Cached | None:
 
 
 async def put_cached(conn: Conn, key: CacheKey, entry: Cached, ttl_s: float) -> None:
-    await conn.execute(
-        PUT_CACHED, key.workspace_id, key.store_id, key.model, key.options_sha256,
-        key.reader_sha256,
-        entry.query, entry.query_tokens, entry.result_tokens, entry.store_version,
-        entry.memory_ids, entry.response, ttl_s,
-    )  # fmt: skip
+    """Keeps an answer; nothing when its store was deleted since the search began."""
+    with contextlib.suppress(asyncpg.ForeignKeyViolationError):
+        await conn.execute(
+            PUT_CACHED, key.workspace_id, key.store_id, key.model, key.options_sha256,
+            key.reader_sha256,
+            entry.query, entry.query_tokens, entry.result_tokens, entry.store_version,
+            entry.memory_ids, entry.response, ttl_s,
+        )  # fmt: skip
 
 
 async def prune(conn: asyncpg.Connection | asyncpg.Pool) -> None:
