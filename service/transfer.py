@@ -18,6 +18,7 @@ import asyncpg
 import msgspec
 
 from service import writes
+from service.bulk import write_many
 from service.errors import ApiError
 from service.inputs import decode_json
 from service.jsonutil import iso, iso_or_none
@@ -121,16 +122,18 @@ async def import_lines(
 
     async def flush() -> None:
         async with pool.acquire() as conn, conn.transaction():
-            ctx = writes.WriteContext(principal)
-            await writes.lock_batch(conn, ctx, [item for _, item in batch])
-            for number, item in batch:
-                if create_speakers and isinstance(item.speaker, str) and item.speaker != "me":
-                    added = await q.add_speaker(conn, workspace_id, store.id, item.speaker)
+            if create_speakers:
+                named = {i.speaker for _, i in batch if isinstance(i.speaker, str)} - {"me"}
+                for speaker in sorted(named):
+                    added = await q.add_speaker(conn, workspace_id, store.id, speaker)
                     result.speakers_registered += added is not None
-                try:
-                    done = await writes.write(conn, ctx, item)
-                except ApiError as exc:
-                    raise ImportError_(f"line {number}: {exc.message}") from None
+            items = [item for _, item in batch]
+            labels = [f"line {number}" for number, _ in batch]
+            try:
+                written = await write_many(conn, writes.WriteContext(principal), items, labels)
+            except ApiError as exc:
+                raise ImportError_(exc.message) from None
+            for done in written:
                 result.created += done.created
                 result.deduplicated += done.deduplicated
                 result.upserted += done.upserted

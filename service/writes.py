@@ -1,11 +1,12 @@
 """The write path: create (one or a batch), upsert, dedupe, patch, delete, purge.
 
 Used by the HTTP write API, the Memory Store face and ``mneme import`` alike, so every
-way in follows the same rules. Each function runs inside the caller's transaction; a
-batch is all-or-nothing because the first failing item raises and the transaction
-rolls back. What every change to memories must also do — stamp the store's version (the
-search cache) and wake the embedding workers — triggers on ``memories`` do
-(0007_trust.sql): no function here has to remember it.
+way in follows the same rules; ``service.bulk`` writes a batch set-based where that
+gives the same outcome as these functions item by item. Each function runs inside the
+caller's transaction; a batch is all-or-nothing because the first failing item raises
+and the transaction rolls back. What every change to memories must also do — stamp the
+store's version (the search cache) and wake the embedding workers — triggers on
+``memories`` do (0007_trust.sql): no function here has to remember it.
 """
 
 from __future__ import annotations
@@ -158,10 +159,28 @@ async def check_speaker(
     if await q.speaker_exists(conn, ctx.workspace_id, store.id, speaker):
         ctx.speakers.add((store.id, speaker))
     else:
-        raise not_found(
-            f"Speaker {speaker!r} is not registered in store {store.name!r}; "
-            f"register it with POST /api/v1/stores/{store.id}/speakers"
-        )
+        raise unregistered_speaker(store, speaker)
+
+
+def unregistered_speaker(store: Store, speaker: str) -> ApiError:
+    return not_found(
+        f"Speaker {speaker!r} is not registered in store {store.name!r}; "
+        f"register it with POST /api/v1/stores/{store.id}/speakers"
+    )
+
+
+def text_required() -> ApiError:
+    return bad_request("text is required", param="text")
+
+
+def held_elsewhere(columns: dict[str, Any], provider: str, store: Store) -> ApiError:
+    """A sync identity held by a memory the caller cannot read: it is unique per store,
+    so this write cannot have it either; say no more than that it is taken (not by what,
+    in which scope, saying what)."""
+    return conflict(
+        f"providerRef {columns['provider_ref']!r} of provider {provider!r} is already "
+        f"used in store {store.name!r} by a memory this key cannot access"
+    )
 
 
 # --- turning a request into columns -----------------------------------------------------------
@@ -235,7 +254,13 @@ def columns_of(item: MemoryIn | MemoryPatch) -> dict[str, Any]:
     return c
 
 
-def _changed(memory: Memory, columns: dict[str, Any]) -> dict[str, Any]:
+def columns_of_new(item: MemoryIn) -> dict[str, Any]:
+    """A new memory's checked columns (strings first: no NUL or lone surrogate)."""
+    check_strings(item)
+    return columns_of(item)
+
+
+def changed(memory: Memory, columns: dict[str, Any]) -> dict[str, Any]:
     """The columns whose value differs from what is stored."""
     out = {}
     for name, value in columns.items():
@@ -316,8 +341,7 @@ async def write(
 
 
 async def _write(conn: asyncpg.Connection, ctx: WriteContext, item: MemoryIn) -> Written:
-    check_strings(item)
-    columns = columns_of(item)
+    columns = columns_of_new(item)
     store = await store_of(conn, ctx, item.store if item.store is not UNSET else "default")
     if "scope" in columns:
         check_writable_scope(ctx.principal, columns["scope"])
@@ -343,19 +367,14 @@ async def _write(conn: asyncpg.Connection, ctx: WriteContext, item: MemoryIn) ->
         if held is None:
             result = await _create(conn, ctx, store, columns)
         elif held.memory is None:
-            # The identity is unique per store, so it cannot be given to this write either;
-            # say no more than that it is taken (not by what, in which scope, saying what).
-            raise conflict(
-                f"providerRef {columns['provider_ref']!r} of provider {provider!r} is already "
-                f"used in store {store.name!r} by a memory this key cannot access"
-            )
+            raise held_elsewhere(columns, provider, store)
         else:
-            result = await _upsert(conn, ctx, held.memory, columns)
+            result = await upsert(conn, ctx, held.memory, columns)
     elif "path" in columns:
         result = await _create(conn, ctx, store, columns)
     else:
         if "text" not in columns:
-            raise bad_request("text is required", param="text")
+            raise text_required()
         scope = columns.get("scope", "workspace")
         speaker = columns.get("speaker")
         duplicate = await q.find_duplicate(
@@ -382,12 +401,8 @@ async def _create(
     conn: asyncpg.Connection, ctx: WriteContext, store: Store, columns: dict[str, Any]
 ) -> Written:
     if "text" not in columns:
-        raise bad_request("text is required", param="text")
-    columns.setdefault("tier", ctx.default_tier)
-    # SPEC: last_used_at starts equal to first_seen_at. Only at creation: a sync that
-    # sends a memory again with its firstSeenAt must not reset when it was last used.
-    if "first_seen_at" in columns:
-        columns.setdefault("last_used_at", columns["first_seen_at"])
+        raise text_required()
+    creation_defaults(ctx, columns)
     try:
         async with conn.transaction():  # a savepoint: a path conflict must not poison the batch
             memory = await q.insert(conn, ctx.workspace_id, store.id, columns)
@@ -397,12 +412,21 @@ async def _create(
     return Written(memory, created=True)
 
 
-async def _upsert(
+def creation_defaults(ctx: WriteContext, columns: dict[str, Any]) -> None:
+    """What a new memory takes that an update would not."""
+    columns.setdefault("tier", ctx.default_tier)
+    # SPEC: last_used_at starts equal to first_seen_at. Only at creation: a sync that
+    # sends a memory again with its firstSeenAt must not reset when it was last used.
+    if "first_seen_at" in columns:
+        columns.setdefault("last_used_at", columns["first_seen_at"])
+
+
+async def upsert(
     conn: asyncpg.Connection, ctx: WriteContext, existing: Memory, columns: dict[str, Any]
 ) -> Written:
     """Update the memory holding the identity; the caller can read it (``_write``), and a
     scope a key can read is one it may write into."""
-    changes = _changed(existing, columns)
+    changes = changed(existing, columns)
     if not changes:
         return Written(existing, upserted=True)
     try:
@@ -431,7 +455,7 @@ async def patch(
     if columns.get("speaker") is not None:
         store = await store_of(conn, ctx, existing.store_id)
         await check_speaker(conn, ctx, store, columns["speaker"])
-    changes = _changed(existing, columns)
+    changes = changed(existing, columns)
     if not changes:
         return existing
     try:

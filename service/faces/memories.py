@@ -10,6 +10,7 @@ import msgspec
 from aiohttp import web
 
 from service import writes
+from service.bulk import write_many
 from service.errors import bad_request, conflict, forbidden, not_found
 from service.inputs import body_of, read_body
 from service.jsonutil import iso, json_response
@@ -50,13 +51,8 @@ async def create_memories(request: web.Request) -> web.Response:
                     headers={"Idempotent-Replayed": "true"},
                 )
         items, batch = writes.decode_items(raw)
-        ctx = writes.WriteContext(principal)
-        if batch:
-            await writes.lock_batch(conn, ctx, items)
-        results = [
-            await writes.write(conn, ctx, item, label=f"memories[{i}]" if batch else "")
-            for i, item in enumerate(items)
-        ]
+        labels = [f"memories[{i}]" if batch else "" for i in range(len(items))]
+        results = await write_many(conn, writes.WriteContext(principal), items, labels)
         if batch:
             status, body = 200, {"memories": [written_object(w) for w in results]}
         else:

@@ -1,0 +1,207 @@
+"""Writing many memories at once: one statement per step for the whole batch.
+
+``write_many`` is how every batch is written (the write API, ``mneme import``). A batch
+whose items cannot affect one another — no paths, no ``supersedes``, no two items with
+one sync identity or one text in one store — is written set-based: its stores, speakers,
+identity locks, duplicates and sync holders are each looked up in one statement, and its
+new memories are inserted with their versions in one more. The outcome is the one the
+item-by-item path (``service.writes.write``) gives: the same dedupe, upsert and
+idempotency rules, all-or-nothing, the first failing item's error. Any other batch, or
+one whose sync upserts change memories while other items look for duplicates (an upsert
+could make a memory a duplicate, or stop it being one, for an item after it), is written
+item by item.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+from msgspec import UNSET
+
+from service import writes
+from service.errors import ApiError
+from service.queries import bulk
+from service.queries import memories as q
+from service.queries.memories import Memory, Store
+from service.writes import MemoryIn, WriteContext, Written
+
+
+@dataclass
+class Item:
+    """One item of a batch, checked: its columns and store, or why it is refused."""
+
+    index: int
+    label: str
+    item: MemoryIn
+    columns: dict[str, Any]
+    store: Store | None = None
+    error: ApiError | None = None
+
+    def refuse(self, error: ApiError) -> ApiError:
+        if self.label:
+            error.message = f"{self.label}: {error.message}"
+        return error
+
+    @property
+    def provider(self) -> str:
+        return str(self.columns.get("provider", "mneme"))
+
+
+async def write_many(
+    conn: asyncpg.Connection, ctx: WriteContext, items: list[MemoryIn], labels: list[str]
+) -> list[Written]:
+    """Create, dedupe or upsert each item (inside the caller's transaction), in order;
+    ``labels`` prefix each item's error message ("memories[3]: ...")."""
+    checked = [await _check(conn, ctx, i, item, labels[i]) for i, item in enumerate(items)]
+    if not _independent(checked):
+        return await _one_by_one(conn, ctx, items, labels)
+    await _check_speakers(conn, ctx, checked)
+    valid = [c for c in checked if c.error is None]
+    await q.lock_identities(conn, [k for c in valid if (k := _key(ctx, c)) is not None])
+    synced = [c for c in valid if "provider_ref" in c.columns]
+    held = await bulk.holders(conn, ctx.principal, [
+        bulk.Identity(c.index, _store(c).id, c.provider, c.columns["provider_ref"])
+        for c in synced
+    ])  # fmt: skip
+    synced_at = {c.index for c in synced}
+    for c in checked:  # the first refused item decides, as item by item
+        if c.error is None and c.index in synced_at:
+            if c.index not in held and "text" not in c.columns:  # a new memory needs text
+                c.error = writes.text_required()
+            elif c.index in held and held[c.index] is None:
+                c.error = writes.held_elsewhere(c.columns, c.provider, _store(c))
+        if c.error is not None:
+            raise c.refuse(c.error)
+
+    plain = [c for c in checked if "provider_ref" not in c.columns]
+    changing = any(
+        writes.changed(m, c.columns) for c in synced if (m := held.get(c.index)) is not None
+    )
+    if plain and changing:
+        return await _one_by_one(conn, ctx, items, labels)
+
+    results: dict[int, Written] = {}
+    to_create: list[Item] = []
+    for c in synced:
+        if (memory := held.get(c.index)) is None:
+            to_create.append(c)
+        else:
+            results[c.index] = await writes.upsert(conn, ctx, memory, c.columns)
+    found = await bulk.duplicates(conn, ctx.workspace_id, [
+        bulk.Dedupe(c.index, _store(c).id, c.columns["content_sha256"],
+                    c.columns.get("scope", "workspace"), c.columns.get("speaker"),
+                    c.columns["text"])
+        for c in plain
+    ])  # fmt: skip
+    bumped = await bulk.bump_proofs(conn, ctx.workspace_id, [m.id for m in found.values()])
+    for c in plain:
+        if c.index in found:
+            results[c.index] = Written(bumped[found[c.index].id], deduplicated=True)
+        else:
+            to_create.append(c)
+    for memory, c in await _create(conn, ctx, to_create):
+        results[c.index] = Written(memory, created=True)
+    return [results[i] for i in range(len(items))]
+
+
+async def _check(
+    conn: asyncpg.Connection, ctx: WriteContext, index: int, item: MemoryIn, label: str
+) -> Item:
+    """What can be checked before any write: values, store, scope. A refusal is kept, not
+    raised, so that the first refused item can be found after the speakers are checked."""
+    checked = Item(index, label, item, {})
+    try:
+        checked.columns = writes.columns_of_new(item)
+        store_ref = item.store if item.store is not UNSET else "default"
+        checked.store = await writes.store_of(conn, ctx, store_ref)
+        if "scope" in checked.columns:
+            writes.check_writable_scope(ctx.principal, checked.columns["scope"])
+        if "provider_ref" not in checked.columns and "text" not in checked.columns:
+            raise writes.text_required()
+    except ApiError as exc:
+        checked.error = exc
+    return checked
+
+
+def _independent(checked: list[Item]) -> bool:
+    """Whether no item's outcome can depend on another's: what the set-based path needs."""
+    identities: set[tuple[str, str, str]] = set()
+    texts: set[tuple[str, str]] = set()
+    for c in checked:
+        if c.error is not None:
+            continue  # the batch is refused: which item decides is worked out in order
+        if c.item.supersedes not in (UNSET, None) or "path" in c.columns:
+            return False
+        store = _store(c).id
+        if "provider_ref" in c.columns:
+            identity = (store, c.provider, c.columns["provider_ref"])
+            if identity in identities:
+                return False
+            identities.add(identity)
+        if "text" in c.columns:
+            text = (store, c.columns["content_sha256"])
+            if text in texts:
+                return False
+            texts.add(text)
+    return True
+
+
+async def _check_speakers(conn: asyncpg.Connection, ctx: WriteContext, checked: list[Item]) -> None:
+    """Every named speaker must be registered in its store: one lookup for the batch."""
+    wanted = {
+        (_store(c).id, c.columns["speaker"])
+        for c in checked
+        if c.error is None and c.columns.get("speaker") not in (None, "me")
+    } - ctx.speakers
+    ctx.speakers |= await bulk.registered_speakers(conn, ctx.workspace_id, wanted)
+    for c in checked:
+        speaker = c.columns.get("speaker")
+        if c.error is None and isinstance(speaker, str) and speaker != "me":
+            store = _store(c)
+            if (store.id, speaker) not in ctx.speakers:
+                c.error = writes.unregistered_speaker(store, speaker)
+
+
+def _key(ctx: WriteContext, c: Item) -> int | None:
+    return writes.identity_key(
+        ctx, _store(c).id, c.provider, c.columns.get("provider_ref"), None,
+        c.columns.get("content_sha256"),
+    )  # fmt: skip
+
+
+def _store(c: Item) -> Store:
+    assert c.store is not None
+    return c.store
+
+
+async def _create(
+    conn: asyncpg.Connection, ctx: WriteContext, items: list[Item]
+) -> list[tuple[Memory, Item]]:
+    """Inserts the items' memories with their versions: one statement per set of columns
+    the items set (a batch written by one client usually sets one)."""
+    groups: dict[tuple[str, ...], list[Item]] = defaultdict(list)
+    for c in items:
+        writes.creation_defaults(ctx, c.columns)
+        groups[tuple(sorted(c.columns))].append(c)
+    out: list[tuple[Memory, Item]] = []
+    for group in groups.values():
+        memories = await bulk.insert(
+            conn, ctx.workspace_id, ctx.principal.key_id,
+            [_store(c).id for c in group], [c.columns for c in group],
+        )  # fmt: skip
+        out += zip(memories, group, strict=True)
+    return out
+
+
+async def _one_by_one(
+    conn: asyncpg.Connection, ctx: WriteContext, items: list[MemoryIn], labels: list[str]
+) -> list[Written]:
+    if len(items) > 1:
+        await writes.lock_batch(conn, ctx, items)
+    return [
+        await writes.write(conn, ctx, item, label=label)
+        for item, label in zip(items, labels, strict=True)
+    ]
