@@ -360,10 +360,16 @@ async def explain(
             who, store, stats, vector, query, sq.SearchFilters(), per_arm=80,
             budget=sq.MATCH_BUDGET, self_only=False, images=False,
         )  # fmt: skip
-        rows = await conn.fetch(
-            "EXPLAIN (ANALYZE, COSTS OFF) " + sq.SEARCH_ANN.sql, *sq.SEARCH_ANN.args(values)
-        )
-    return [r[0] for r in rows]
+        text_arm, vector_arm = sq.SEARCH_ANN.text, sq.SEARCH_ANN.vector
+        ranks = await sq.text_ranks(conn, sq.SEARCH_ANN, values)
+        lines = []
+        for statement, args in (
+            (text_arm, sq.statement_args(text_arm, values)),
+            (vector_arm, sq.statement_args(vector_arm, {**values, "text_ids": list(ranks)})),
+        ):
+            rows = await conn.fetch("EXPLAIN (ANALYZE, COSTS OFF) " + statement.sql, *args)
+            lines += [r[0] for r in rows]
+    return lines
 
 
 async def main() -> None:

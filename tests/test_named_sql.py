@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from service.queries import search as sq
+from service.queries.keys import Principal
 from service.queries.named import NamedSQL
 
 
@@ -23,9 +24,18 @@ def test_a_missing_or_unexpected_value_is_an_error() -> None:
         q.args({"a": 1, "b": 2, "c": 3})
 
 
-def test_every_search_statement_takes_the_same_named_values() -> None:
-    names = set(sq.STATEMENTS[False, "all"].names)
-    assert len(names) == 25
-    for statement in sq.STATEMENTS.values():
-        assert set(statement.names) == names
-        assert "$25" in statement.sql and "$26" not in statement.sql
+def test_every_search_statement_takes_its_values_by_name() -> None:
+    first = sq.STATEMENTS[False, "all"]
+    text, vector = set(first.text.names), set(first.vector.names)
+    # statement_values gives every value either statement takes; the vector arm also
+    # takes the text arm's ids.
+    given = set(sq.statement_values(
+        Principal("k", "ws", "scale", "service", None, frozenset(), []), "s",
+        sq.Profile(1, 1, 0, 0), None, "q", sq.SearchFilters(), per_arm=1, budget=1,
+    ))  # fmt: skip
+    assert text | vector == given | {"text_ids"}
+    assert "query_vector" not in text  # the text arm runs before the vector exists
+    for retrieval in sq.STATEMENTS.values():
+        for statement, names in ((retrieval.text, text), (retrieval.vector, vector)):
+            assert set(statement.names) == names
+            assert f"${len(names)}" in statement.sql and f"${len(names) + 1}" not in statement.sql

@@ -12,6 +12,7 @@ from service import db
 from service.queries import search as sq
 from service.queries.keys import Principal
 from service.queries.search import SearchFilters
+from service.state import POOL
 from tests.helpers import ADMIN, Client
 
 PNG = "iVBORw0KGgoAAAAAAAAAAAAAAAAAAAA="
@@ -266,7 +267,30 @@ async def test_search_reports_its_phases_in_server_timing(client: Client) -> Non
     )
     assert resp.status == 200
     names = [part.split(";")[0].strip() for part in resp.headers["Server-Timing"].split(",")]
-    assert names == ["app", "auth", "store", "embed", "retrieve", "render", "bill"]
+    assert names == ["app", "auth", "store", "text", "embed", "retrieve", "render", "bill"]
+
+
+async def test_generic_plans_for_a_small_store_end_with_its_search(client: Client) -> None:
+    # A small store's search plans its statements generically for one transaction; the
+    # pooled connections keep planning every statement for its values (big stores' HNSW).
+    await post(client, "/api/v1/memories", {"text": "Plans are nothing; planning is everything."})
+    for _ in range(3):
+        resp = await client.post(
+            "/api/v1/memory/search", json={"user_id": "default", "query": "planning"},
+            headers=ADMIN,
+        )  # fmt: skip
+        assert resp.status == 200
+        assert [m["content"] for m in (await resp.json())["memories"]] == [
+            "Plans are nothing; planning is everything."
+        ]
+    pool = client.app[POOL]
+    held = [await pool.acquire() for _ in range(pool.get_size())]
+    try:
+        for conn in held:
+            assert await conn.fetchval("SHOW plan_cache_mode") == "force_custom_plan"
+    finally:
+        for conn in held:
+            await pool.release(conn)
 
 
 async def test_pooled_connections_keep_the_search_settings_after_a_release(db_url: str) -> None:

@@ -57,28 +57,14 @@ AND (:self_only::boolean IS NULL OR (m.speaker IS NOT DISTINCT FROM 'me') = :sel
 AND (:images::boolean IS NULL OR (m.kind = 'image') = :images::boolean)
 """
 
-# :per_arm candidates per arm; :docs memories in the store, :avgdl their mean length
-# (BM25); :budget the full-text arm's posting budget (see MATCH_BUDGET).
-_SEARCH = """
-WITH vec AS (
-    SELECT id, max(sim) AS sim FROM (
-        (SELECT m.id, 1 - (m.embedding <=> :query_vector::vector) AS sim
-         FROM memories m
-         WHERE {where} AND m.embedding IS NOT NULL
-         ORDER BY (m.embedding <=> :query_vector::vector) {exact}
-         LIMIT :per_arm)
-        UNION ALL
-        (SELECT m.id, 1 - (c.embedding <=> :query_vector::vector) AS sim
-         FROM memory_chunks c
-         JOIN memories m ON m.workspace_id = c.workspace_id AND m.id = c.memory_id
-         WHERE {where}
-         ORDER BY (c.embedding <=> :query_vector::vector) {exact}
-         LIMIT :per_arm)
-    ) hits
-    GROUP BY id
-    ORDER BY max(sim) DESC
-    LIMIT :per_arm
-), terms AS (
+# The two arms are two statements: the full-text arm needs no vector, so it runs while the
+# model encodes the question (service.faces.search.handler), and the vector arm, once the
+# vector is there, also reads the columns of every candidate of both arms.
+
+# The full-text arm. :per_arm candidates; :docs memories in the store, :avgdl their mean
+# length (BM25); :budget the arm's posting budget (see MATCH_BUDGET).
+_TEXT = """
+WITH terms AS (
     -- The question's lexemes that occur in the store, with their document frequency.
     SELECT t.lexeme, sum(t.df)::float8 AS df
     FROM search_terms t
@@ -100,41 +86,64 @@ WITH vec AS (
     ), ' | ')::tsquery AS q,
     array(SELECT lexeme FROM terms) AS lexemes
     WHERE EXISTS (SELECT 1 FROM terms)
-), fts AS (
-    -- BM25 (k1 = 1.2, b = 0.75): rare words weigh more than a name said in every turn.
-    -- Scored row by row (LATERAL), after the match: each matched memory is read once.
-    -- Only the question's lexemes are unnested: setweight marks them, ts_filter keeps
-    -- them (search_tsv is to_tsvector's: every lexeme has positions, all of weight D),
-    -- a fifth of the cost of unnesting the whole document.
-    SELECT m.id, score.rank
-    FROM tsq
-    JOIN memories m ON m.search_tsv @@ tsq.q
-    CROSS JOIN LATERAL (
-        SELECT sum(ln(1 + (greatest(:docs::float8, t.df) - t.df + 0.5) / (t.df + 0.5))
-                   * (x.tf * 2.2)
-                   / (x.tf + 1.2 * (0.25 + 0.75 * length(m.search_tsv) / :avgdl::float8)))
-               AS rank
-        FROM (
-            SELECT u.lexeme, cardinality(u.positions) AS tf
-            FROM unnest(ts_filter(setweight(m.search_tsv, 'A', tsq.lexemes), '{{a}}')) u
-        ) x
-        JOIN terms t ON t.lexeme = x.lexeme
-    ) score
-    WHERE {where}
-    ORDER BY score.rank DESC, m.id
+)
+-- BM25 (k1 = 1.2, b = 0.75): rare words weigh more than a name said in every turn.
+-- Scored row by row (LATERAL), after the match: each matched memory is read once.
+-- Only the question's lexemes are unnested: setweight marks them, ts_filter keeps
+-- them (search_tsv is to_tsvector's: every lexeme has positions, all of weight D),
+-- a fifth of the cost of unnesting the whole document.
+SELECT m.id, score.rank
+FROM tsq
+JOIN memories m ON m.search_tsv @@ tsq.q
+CROSS JOIN LATERAL (
+    SELECT sum(ln(1 + (greatest(:docs::float8, t.df) - t.df + 0.5) / (t.df + 0.5))
+               * (x.tf * 2.2)
+               / (x.tf + 1.2 * (0.25 + 0.75 * length(m.search_tsv) / :avgdl::float8)))
+           AS rank
+    FROM (
+        SELECT u.lexeme, cardinality(u.positions) AS tf
+        FROM unnest(ts_filter(setweight(m.search_tsv, 'A', tsq.lexemes), '{{a}}')) u
+    ) x
+    JOIN terms t ON t.lexeme = x.lexeme
+) score
+WHERE {where}
+ORDER BY score.rank DESC, m.id
+LIMIT :per_arm
+"""
+
+# The vector arm, and the columns of its candidates and of the full-text arm's
+# (:text_ids, checked against the filters again: the store may have changed since).
+_VECTOR = """
+WITH vec AS (
+    SELECT id, max(sim) AS sim FROM (
+        (SELECT m.id, 1 - (m.embedding <=> :query_vector::vector) AS sim
+         FROM memories m
+         WHERE {where} AND m.embedding IS NOT NULL
+         ORDER BY (m.embedding <=> :query_vector::vector) {exact}
+         LIMIT :per_arm)
+        UNION ALL
+        (SELECT m.id, 1 - (c.embedding <=> :query_vector::vector) AS sim
+         FROM memory_chunks c
+         JOIN memories m ON m.workspace_id = c.workspace_id AND m.id = c.memory_id
+         WHERE {where}
+         ORDER BY (c.embedding <=> :query_vector::vector) {exact}
+         LIMIT :per_arm)
+    ) hits
+    GROUP BY id
+    ORDER BY max(sim) DESC
     LIMIT :per_arm
 ), ids AS (
-    SELECT id FROM vec UNION SELECT id FROM fts
+    SELECT id FROM vec UNION SELECT unnest(:text_ids::text[])
 )
 SELECT m.id, m.text, m.kind, m.category, m.importance, m.proof_count, m.speaker,
        m.superseded_by, m.event_date, m.created_at, {last_used_at} AS last_used_at,
        coalesce(vec.sim, CASE WHEN m.embedding IS NULL THEN NULL
                               ELSE 1 - (m.embedding <=> :query_vector::vector) END) AS cosine,
-       vec.sim IS NOT NULL AS in_vec, fts.rank AS fts_rank, m.text_tokens
+       vec.sim IS NOT NULL AS in_vec, m.text_tokens
 FROM ids
 JOIN memories m ON m.workspace_id = :workspace AND m.id = ids.id
 LEFT JOIN vec ON vec.id = ids.id
-LEFT JOIN fts ON fts.id = ids.id
+WHERE {where}
 """
 
 # What part of the store a retrieval searches. "self" and "images" are spelled out as
@@ -146,20 +155,30 @@ SUBSETS = {
 }
 
 
-def _statement(exact: bool, subset: str) -> str:
+@dataclass(frozen=True)
+class Retrieval:
+    """The two statements of one retrieval: the full-text arm, then the vector arm."""
+
+    text: NamedSQL
+    vector: NamedSQL
+
+
+def _retrieval(exact: bool, subset: str) -> Retrieval:
     where = _WHERE + SUBSETS[subset]
-    return _SEARCH.format(
-        where=where,
-        # "+ 0" makes the sort key an expression the HNSW index cannot serve: an exact scan.
-        exact="+ 0" if exact else "",
-        last_used_at=LAST_USED_AT,
-    )
+    return Retrieval(
+        NamedSQL(_TEXT.format(where=where)),
+        NamedSQL(_VECTOR.format(
+            where=where,
+            # "+ 0" makes the sort key an expression the HNSW index cannot serve: an exact
+            # scan.
+            exact="+ 0" if exact else "",
+            last_used_at=LAST_USED_AT,
+        )),
+    )  # fmt: skip
 
 
 STATEMENTS = {
-    (exact, subset): NamedSQL(_statement(exact, subset))
-    for exact in (True, False)
-    for subset in SUBSETS
+    (exact, subset): _retrieval(exact, subset) for exact in (True, False) for subset in SUBSETS
 }
 SEARCH_ANN = STATEMENTS[False, "all"]
 
@@ -249,7 +268,7 @@ def statement_values(
     principal: Principal,
     store_id: str,
     stats: Profile,
-    query_vector: npt.NDArray[np.float32],
+    query_vector: npt.NDArray[np.float32] | None,
     query_text: str,
     filters: SearchFilters,
     *,
@@ -259,7 +278,8 @@ def statement_values(
     self_only: bool | None = None,
     images: bool | None = None,
 ) -> dict[str, object]:
-    """The parameters of a search statement, by name (see _WHERE and _SEARCH)."""
+    """The parameters of a retrieval's statements, by name (see _WHERE, _TEXT and
+    _VECTOR); each statement takes those it names."""
     return {
         "workspace": principal.workspace_id, "store": store_id,
         "is_service": principal.is_service, "member": principal.member,
@@ -269,16 +289,59 @@ def statement_values(
         "created_before": filters.created_before, "event_after": filters.event_after,
         "event_before": filters.event_before, "min_importance": filters.min_importance,
         "include_superseded": filters.include_superseded, "speaker": speaker,
-        "self_only": self_only, "images": images, "query_vector": Vector(query_vector),
+        "self_only": self_only, "images": images,
+        "query_vector": None if query_vector is None else Vector(query_vector),
         "query_text": query_text, "per_arm": per_arm, "docs": float(stats.docs),
         "avgdl": stats.avgdl, "budget": budget,
     }  # fmt: skip
 
 
-async def run_statement(
-    conn: asyncpg.Connection, statement: NamedSQL, values: dict[str, object]
+# A store searched exactly in every part is planned once per connection, not per search
+# (~0.6 ms a statement): its plan never depends on the store (every row of the store is
+# read, no index can be the wrong choice), unlike the HNSW statements (service.db's
+# force_custom_plan). Set for one transaction: pooled connections keep the default.
+GENERIC_PLANS = "SET LOCAL plan_cache_mode = force_generic_plan"
+
+
+def planned_once(stats: Profile) -> bool:
+    """Whether a search of the store may run on generic plans (GENERIC_PLANS)."""
+    return stats.docs < EXACT_BELOW
+
+
+def statement_args(statement: NamedSQL, values: dict[str, object]) -> list[object]:
+    """The values one of a retrieval's statements takes, in its order."""
+    return statement.args({n: v for n, v in values.items() if n in statement.names})
+
+
+async def text_ranks(
+    conn: asyncpg.Connection, retrieval: Retrieval, values: dict[str, object]
+) -> dict[str, float]:
+    """The full-text arm: memory id -> BM25 score (nothing when the query is empty)."""
+    if not values["query_text"]:
+        return {}
+    rows = await conn.fetch(retrieval.text.sql, *statement_args(retrieval.text, values))
+    return {r[0]: r[1] for r in rows}
+
+
+async def with_vectors(
+    conn: asyncpg.Connection,
+    retrieval: Retrieval,
+    values: dict[str, object],
+    ranks: dict[str, float],
 ) -> list[Candidate]:
-    return [Candidate(*r) for r in await conn.fetch(statement.sql, *statement.args(values))]
+    """The vector arm, and every candidate of both arms (``ranks``: the full-text arm's)."""
+    rows = await conn.fetch(
+        retrieval.vector.sql,
+        *statement_args(retrieval.vector, {**values, "text_ids": list(ranks)}),
+    )
+    return [Candidate(fts_rank=ranks.get(r[0]), **dict(r.items())) for r in rows]
+
+
+async def run_statement(
+    conn: asyncpg.Connection, retrieval: Retrieval, values: dict[str, object]
+) -> list[Candidate]:
+    """Both arms, one after the other."""
+    return await with_vectors(conn, retrieval, values, await text_ranks(conn, retrieval, values))
 
 
 async def candidates(
@@ -297,8 +360,10 @@ async def candidates(
     images: bool | None = None,
     use_fts: bool = True,
     exact: bool | None = None,
+    ranks: dict[str, float] | None = None,
 ) -> list[Candidate]:
-    """Both arms' candidates (unordered), for one store.
+    """Both arms' candidates (unordered), for one store. ``ranks``: the full-text arm's,
+    when they were already asked for (``plan``/``text_ranks``).
 
     Fewer than ``EXACT_BELOW`` memories in the searched part of the store: an exact scan
     (at that size faster than the index, and it never misses). More: the HNSW index with
@@ -307,6 +372,40 @@ async def candidates(
     limit), the exact scan answers instead, so a filtered search never silently loses
     results.
     """
+    retrieval, values = plan(
+        principal, store_id, stats, query_vector, query_text, filters, per_arm=per_arm,
+        subset=subset, speaker=speaker, self_only=self_only, images=images, use_fts=use_fts,
+        exact=exact,
+    )  # fmt: skip
+    if ranks is None:
+        ranks = await text_ranks(conn, retrieval, values)
+    found = await with_vectors(conn, retrieval, values, ranks)
+    if retrieval is STATEMENTS[False, subset] and sum(c.in_vec for c in found) < per_arm:
+        values["budget"] = UNBOUNDED
+        exact_retrieval = STATEMENTS[True, subset]
+        ranks = await text_ranks(conn, exact_retrieval, values)
+        found = await with_vectors(conn, exact_retrieval, values, ranks)
+    return found
+
+
+def plan(
+    principal: Principal,
+    store_id: str,
+    stats: Profile,
+    query_vector: npt.NDArray[np.float32] | None,
+    query_text: str,
+    filters: SearchFilters,
+    *,
+    per_arm: int,
+    subset: str = "all",
+    speaker: str | None = None,
+    self_only: bool | None = None,
+    images: bool | None = None,
+    use_fts: bool = True,
+    exact: bool | None = None,
+) -> tuple[Retrieval, dict[str, object]]:
+    """Which statements a retrieval runs, and their values (``query_vector`` may be
+    missing while only the full-text arm is asked for)."""
     if exact is None:
         exact = stats.size(subset) < EXACT_BELOW
     values = statement_values(
@@ -314,11 +413,7 @@ async def candidates(
         per_arm=per_arm, budget=UNBOUNDED if exact else MATCH_BUDGET, speaker=speaker,
         self_only=self_only, images=images,
     )  # fmt: skip
-    found = await run_statement(conn, STATEMENTS[exact, subset], values)
-    if not exact and sum(c.in_vec for c in found) < per_arm:
-        values["budget"] = UNBOUNDED
-        found = await run_statement(conn, STATEMENTS[True, subset], values)
-    return found
+    return STATEMENTS[exact, subset], values
 
 
 # In id order: two instances flushing at once take the rows' locks in the same order.

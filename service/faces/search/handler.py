@@ -5,6 +5,7 @@ retrieval), bill.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import time
 from datetime import UTC, datetime
@@ -140,14 +141,21 @@ async def answer(
     pool = request.app[POOL]
     slot = request.app[EMBEDDER]
     assert slot.queries is not None
-    started = time.perf_counter()  # "embed": the wait for the vector
-    query_vector = await (early if early is not None else slot.queries.encode(req.query))
-    phase(request, "embed", time.perf_counter() - started)
-    started = time.perf_counter()
     now = datetime.now(UTC)
     per_arm = max(60, 4 * req.max_results)
+    self_mode = model.self_apart
+    wants_self = req.speaker == "me" and self_mode
+    # verify's passes draw on one retrieval, a little deeper than a plain one.
+    depth = max(per_arm, VERIFY_DEPTH) if req.verify else per_arm
+    # The main retrieval: everything but the agent's own words and images, when those
+    # are answered apart.
+    main_self_only = False if self_mode else None
+    main_images = False if model.images else None
 
-    async with pool.acquire() as conn:
+    async with pool.acquire() as conn, contextlib.AsyncExitStack() as planned:
+        if sq.planned_once(stats):
+            await planned.enter_async_context(conn.transaction())
+            await conn.execute(sq.GENERIC_PLANS)
 
         async def retrieve(
             *,
@@ -156,45 +164,62 @@ async def answer(
             images: bool | None,
             speaker: str | None,
             filters: SearchFilters,
+            vector: Vector,
             depth: int = per_arm,
+            ranks: dict[str, float] | None = None,
         ) -> list[tuple[Candidate, float]]:
-            """The subset's candidates, ranked best first with their scores."""
+            """The subset's candidates, ranked best first with their scores (``ranks``:
+            its full-text arm's, when already asked for)."""
             if stats.size(subset) == 0:
                 return []  # nothing of that kind in the store: no need to ask
             found = await sq.candidates(
-                conn, principal, store.id, stats, query_vector, req.query, filters,
+                conn, principal, store.id, stats, vector, req.query, filters,
                 per_arm=depth, subset=subset, speaker=speaker, self_only=self_only,
-                images=images, use_fts=model.fuse_text,
+                images=images, use_fts=model.fuse_text, ranks=ranks,
             )  # fmt: skip
             return ranking.scored(
                 found, fuse_text=model.fuse_text, use_features=model.features, now=now
             )
 
-        self_mode = model.self_apart
-        wants_self = req.speaker == "me" and self_mode
+        # The full-text arm needs no vector: it runs while the model encodes the query.
+        ranks = None
+        if not wants_self and model.fuse_text and stats.size("all") > 0:
+            started = time.perf_counter()
+            retrieval, values = sq.plan(
+                principal, store.id, stats, None, req.query, req.filters, per_arm=depth,
+                subset="all", speaker=req.speaker, self_only=main_self_only,
+                images=main_images,
+            )  # fmt: skip
+            ranks = await sq.text_ranks(conn, retrieval, values)
+            phase(request, "text", time.perf_counter() - started)
+        started = time.perf_counter()  # "embed": the wait for the vector
+        query_vector = await (early if early is not None else slot.queries.encode(req.query))
+        phase(request, "embed", time.perf_counter() - started)
+        started = time.perf_counter()
+
         memories: list[Candidate] = []
         verify_used = 0
         if not wants_self:
-            # verify's passes draw on one retrieval, a little deeper than a plain one.
-            depth = max(per_arm, VERIFY_DEPTH) if req.verify else per_arm
             ranked = await retrieve(
-                subset="all", self_only=False if self_mode else None,
-                images=False if model.images else None, speaker=req.speaker,
-                filters=req.filters, depth=depth,
+                subset="all", self_only=main_self_only, images=main_images,
+                speaker=req.speaker, filters=req.filters, vector=query_vector, depth=depth,
+                ranks=ranks,
             )  # fmt: skip
             memories = [c for c, _ in ranked[: req.max_results]]
             memories, verify_used = verify_passes(memories, ranked, req.max_results, req.verify)
         self_memories: list[Candidate] = []
         if self_mode:
             ranked = await retrieve(
-                subset="self", self_only=True, images=None, speaker=None, filters=SearchFilters()
-            )
+                subset="self", self_only=True, images=None, speaker=None,
+                filters=SearchFilters(), vector=query_vector,
+            )  # fmt: skip
             self_memories = [c for c, _ in ranked[: req.max_results]]
         images: list[Candidate] = []
         if model.images and req.max_images:
             ranked = await retrieve(
-                subset="images", self_only=None, images=True, speaker=None, filters=req.filters
-            )
+                subset="images", self_only=None, images=True, speaker=None,
+                filters=req.filters, vector=query_vector,
+            )  # fmt: skip
             images = [c for c, _ in ranked[: req.max_images]]
 
     phase(request, "retrieve", time.perf_counter() - started)
