@@ -3,7 +3,8 @@
 Concurrent requests share model calls: while one batch is being encoded in a worker
 thread, new queries queue up, and the next call takes all of them at once (up to
 ``max_batch``). No request waits for a timer. Identical queries in flight share one
-future, and a small LRU cache answers repeated queries without the model.
+future, and a small LRU cache answers repeated queries without the model. The same
+thread counts each query's tokens (for billing), so the event loop does not.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ class QueryEncoder:
         self.embedder = embedder
         self.max_batch = max_batch
         self.cache_size = cache_size
-        self._cache: OrderedDict[str, Vector] = OrderedDict()
+        self._cache: OrderedDict[str, tuple[Vector, int]] = OrderedDict()
         self._waiting: dict[str, asyncio.Future[Vector]] = {}
         self._queue: list[str] = []
         self._drainer: asyncio.Task[None] | None = None
@@ -39,7 +40,7 @@ class QueryEncoder:
         if cached is not None:
             self._cache.move_to_end(text)
             self.cache_hits += 1
-            return cached
+            return cached[0]
         future = self._waiting.get(text)
         if future is None:
             future = asyncio.get_running_loop().create_future()
@@ -55,8 +56,8 @@ class QueryEncoder:
             try:
                 self.model_calls += 1
                 loop = asyncio.get_running_loop()
-                vectors = await loop.run_in_executor(
-                    self._thread, self.embedder.encode_queries, batch
+                vectors, counts = await loop.run_in_executor(
+                    self._thread, self._encode_and_count, batch
                 )
             except Exception as exc:  # every waiter sees the failure
                 for text in batch:
@@ -64,16 +65,24 @@ class QueryEncoder:
                     if not future.done():
                         future.set_exception(exc)
                 continue
-            for text, vector in zip(batch, vectors, strict=True):
-                self._remember(text, vector)
+            for text, vector, count in zip(batch, vectors, counts, strict=True):
+                self._remember(text, vector, count)
                 future = self._waiting.pop(text)
                 if not future.done():
                     future.set_result(vector)
 
-    def _remember(self, text: str, vector: Vector) -> None:
+    def tokens(self, text: str) -> int | None:
+        """The query's token count, if it was encoded here and is still cached."""
+        cached = self._cache.get(text)
+        return None if cached is None else cached[1]
+
+    def _encode_and_count(self, batch: list[str]) -> tuple[Vector, list[int]]:
+        return self.embedder.encode_queries(batch), self.embedder.count_tokens_many(batch)
+
+    def _remember(self, text: str, vector: Vector, count: int) -> None:
         if self.cache_size <= 0:
             return
-        self._cache[text] = vector
+        self._cache[text] = (vector, count)
         self._cache.move_to_end(text)
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)

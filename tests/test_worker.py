@@ -258,6 +258,9 @@ async def test_query_encoder_batches_concurrent_queries_and_caches(
     same = await asyncio.gather(*(encoder.encode("one shared question") for _ in range(5)))
     assert encoder.model_calls == calls + 1
     assert all(np.array_equal(s, same[0]) for s in same)
+    # Each encoded query's tokens are counted with it (billing reads them).
+    assert encoder.tokens("one shared question") == embedder.count_tokens("one shared question")
+    assert encoder.tokens("never asked") is None
 
 
 def test_chunking_keeps_short_texts_whole(embedder: SentenceTransformerEmbedder) -> None:

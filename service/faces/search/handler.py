@@ -75,7 +75,6 @@ async def _search(
         raise ApiError(503, "The embedding model is still loading; retry in a few seconds",
                        headers={"Retry-After": "5"})  # fmt: skip
     embedder = slot.embedder
-    query_tokens = embedder.count_tokens(req.query)
 
     # The cache: one entry per (store, model, options, reader); valid while the store is
     # unchanged.
@@ -84,7 +83,9 @@ async def _search(
         principal.workspace_id, store.id, model.name, options_key(req), reader
     )
     entry = None
+    query_tokens = 0
     if req.cache is not None:
+        query_tokens = embedder.count_tokens(req.query)
         entry = await usage.cached(pool, cache_key)
         if entry is not None and entry.store_version != store.version:
             entry = None
@@ -98,6 +99,9 @@ async def _search(
             )  # fmt: skip
 
     body, delivered = await answer(request, model, req, store, stats, principal, early)
+    if req.cache is None:  # counted with the encoding, off the event loop, if it was encoded
+        counted = slot.queries.tokens(req.query)
+        query_tokens = embedder.count_tokens(req.query) if counted is None else counted
     started = time.perf_counter()
     encoded = msgspec.json.encode(body)
     returned = [c.id for c in delivered]
