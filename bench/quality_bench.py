@@ -145,6 +145,7 @@ async def main() -> None:
     parser.add_argument(
         "--verify-only", action="store_true", help="only verify vs plain; writes no results"
     )
+    parser.add_argument("--backend", help="the service's MNEME_EMBEDDING_BACKEND (e.g. onnx-int8)")
     args = parser.parse_args()
     turns = load_turns()
     stores = sorted({t.store for t in turns})[: args.conversations]
@@ -157,7 +158,8 @@ async def main() -> None:
         "questions": len(queries),
     }
     with tempfile.TemporaryDirectory(prefix="mneme-bench-") as tmp:
-        server = Server(Path(tmp) / "data", KEY)
+        backend = {"MNEME_EMBEDDING_BACKEND": args.backend} if args.backend else {}
+        server = Server(Path(tmp) / "data", KEY, **backend)
         try:
             await server.ready()
             async with aiohttp.ClientSession(headers=HEADERS) as session:

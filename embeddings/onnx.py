@@ -31,6 +31,9 @@ from embeddings import Vectors
 log = logging.getLogger("mneme.embeddings")
 
 AGREEMENT = 0.9999
+# int8 weights (onnxruntime's dynamic quantization) move every vector a little: each
+# probe's must still point where the model's does, within this cosine.
+AGREEMENT_INT8 = 0.98
 PROBES = [
     "What does Alice drink in the morning?",
     "Caroline: I went to the LGBTQ support group yesterday and it was so powerful.",
@@ -138,9 +141,27 @@ class OnnxTransformer:
         return out
 
 
-def load(model: Any, model_dir: Path, cache_dir: Path, threads: int) -> OnnxTransformer | None:
-    """The model's ONNX twin from ``cache_dir`` (exported first if need be), or ``None``
-    when the pipeline is not one this module runs or the twin disagrees with torch."""
+def quantize(source: Path, target: Path) -> None:
+    """Write ``source`` with its weights quantized to int8 to ``target`` (atomically)."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".tmp", delete=False) as tmp:
+        partial = Path(tmp.name)
+    try:
+        # Per channel: each output channel its own scale (min cosine to the model 0.989 on
+        # LoCoMo questions, against 0.946 with one scale per tensor).
+        quantize_dynamic(str(source), str(partial), weight_type=QuantType.QInt8, per_channel=True)
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def load(
+    model: Any, model_dir: Path, cache_dir: Path, threads: int, *, int8: bool = False
+) -> OnnxTransformer | None:
+    """The model's ONNX twin from ``cache_dir`` (exported first if need be; ``int8``: with
+    its weights quantized), or ``None`` when the pipeline is not one this module runs or
+    the twin disagrees with torch."""
     if not supported(model):
         log.info("embedding pipeline not covered by the ONNX backend; using torch")
         return None
@@ -148,10 +169,15 @@ def load(model: Any, model_dir: Path, cache_dir: Path, threads: int) -> OnnxTran
     if not target.is_file():
         log.info("exporting the embedding model to ONNX", extra={"path": str(target)})
         export(model, target)
+    if int8:
+        fp32, target = target, target.with_name(f"{target.stem}-int8.onnx")
+        if not target.is_file():
+            log.info("quantizing the embedding model to int8", extra={"path": str(target)})
+            quantize(fp32, target)
     twin = OnnxTransformer(target, model.tokenizer, model.max_seq_length or 256, threads)
     expected = model.encode(PROBES, normalize_embeddings=True, convert_to_numpy=True)
     agreement = float((twin.encode(PROBES) * expected).sum(axis=1).min())
-    if agreement < AGREEMENT:
+    if agreement < (AGREEMENT_INT8 if int8 else AGREEMENT):
         log.warning(
             "the ONNX export disagrees with the model; using torch",
             extra={"min_cosine": agreement, "path": str(target)},

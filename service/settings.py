@@ -130,9 +130,10 @@ class Settings:
         if (device := get("MNEME_EMBEDDING_DEVICE")) is not None:
             kwargs["embedding_device"] = device
         if (backend := get("MNEME_EMBEDDING_BACKEND")) is not None:
-            if backend not in ("auto", "onnx", "torch"):
+            if backend not in ("auto", "onnx", "onnx-int8", "torch"):
                 raise SettingsError(
-                    f"MNEME_EMBEDDING_BACKEND must be auto, onnx or torch, got {backend!r}"
+                    "MNEME_EMBEDDING_BACKEND must be auto, onnx, onnx-int8 or torch, "
+                    f"got {backend!r}"
                 )
             kwargs["embedding_backend"] = backend
         if (onnx_dir := get("MNEME_ONNX_DIR")) is not None:
