@@ -120,7 +120,7 @@ def fuzz(*, examples: int, seed: int, workers: int = 2) -> Outcome:
             started = time.monotonic()
             done = subprocess.run(
                 [
-                    sys.executable, "-m", "schemathesis.cli", "--config-file", str(CONFIG),
+                    sys.executable, "-m", "bench.schemathesis_cli", "--config-file", str(CONFIG),
                     "run", f"{server.base}/openapi.json",
                     "-H", f"Authorization: Bearer {KEY}",
                     "--max-examples", str(examples), "--seed", str(seed),
