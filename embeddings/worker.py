@@ -58,9 +58,10 @@ SET embedding = v.embedding,
     embedding_error = NULL,
     embedding_attempts = 0,
     embedding_lease_until = NULL,
-    text_tokens = v.tokens
-FROM unnest($1::text[], $2::text[], $3::int[], $4::vector[], $6::int[])
-     AS v(workspace_id, id, generation, embedding, tokens)
+    text_tokens = v.tokens,
+    chunked = v.chunked
+FROM unnest($1::text[], $2::text[], $3::int[], $4::vector[], $6::int[], $7::boolean[])
+     AS v(workspace_id, id, generation, embedding, tokens, chunked)
 WHERE m.workspace_id = v.workspace_id AND m.id = v.id
   AND m.embedding_generation = v.generation
   AND m.embedding_status = 'pending'
@@ -100,6 +101,13 @@ SET embedding_error = v.error,
 FROM unnest($1::text[], $2::text[], $3::text[]) AS v(workspace_id, id, error)
 WHERE m.workspace_id = v.workspace_id AND m.id = v.id
 """
+
+# New rows of a GIN index wait in its pending list until a vacuum (or a full list) merges
+# them, and every full-text search reads the whole list meanwhile: right after a bulk
+# import, 1.1 ms of a 2.4 ms full-text arm at 663 memories. Every written memory passes
+# through the queue (its vector's UPDATE adds it to the list once more), so the worker
+# merges the list when the queue empties: searches pay nothing, writes nothing extra.
+CLEAN_TEXT_INDEX = "SELECT gin_clean_pending_list('memories_search_tsv'::regclass)"
 
 QUEUE = """
 SELECT count(*) AS depth,
@@ -187,6 +195,7 @@ class Worker:
         self.on_error = on_error or _log_error
         self.stats = WorkerStats()
         self._wake = asyncio.Event()
+        self._may_clean = True
         # One long-lived thread for the model: torch/oneDNN warm per-thread caches, which a
         # fresh pool thread would rebuild (seen as a slow first batch on each new thread).
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mneme-encode")
@@ -293,6 +302,7 @@ class Worker:
                     [Vector(e.vectors[0]) for e in encoded],
                     self.embedder.name,
                     [e.tokens for e in encoded],
+                    [len(e.vectors) > 1 for e in encoded],
                 )
                 keep = {(r["workspace_id"], r["id"]) for r in accepted}
                 stored = len(keep)
@@ -391,6 +401,22 @@ class Worker:
                 await storing
         return total
 
+    async def clean_text_index(self) -> bool:
+        """Merge the full-text index's pending list (CLEAN_TEXT_INDEX); False if that
+        failed (tried again after the next drain). Not allowed to (a role that does not
+        own the table): never tried again, autovacuum does it instead."""
+        if not self._may_clean:
+            return True
+        try:
+            await self.pool.execute(CLEAN_TEXT_INDEX)
+        except asyncpg.InsufficientPrivilegeError as exc:
+            self._may_clean = False
+            log.warning("cannot merge the text index's pending list", extra={"error": str(exc)})
+        except Exception as exc:
+            self.on_error(exc)
+            return False
+        return True
+
     # --- the loop -------------------------------------------------------------------------
 
     def _notified(self, *args: object) -> None:
@@ -427,6 +453,7 @@ class Worker:
         Stopping never interrupts a batch: the current one is stored first.
         """
         listener: asyncpg.Connection | None = None
+        dirty = False  # memories embedded since the text index was last cleaned
         try:
             while not stop.is_set():
                 self._wake.clear()
@@ -439,7 +466,10 @@ class Worker:
                     self.on_error(exc)
                     claimed = 0
                 if claimed:
+                    dirty = True
                     continue
+                if dirty:
+                    dirty = not await self.clean_text_index()
                 waiters = [
                     asyncio.ensure_future(self._wake.wait()),
                     asyncio.ensure_future(stop.wait()),

@@ -172,10 +172,31 @@ async def test_long_texts_are_embedded_in_chunks(
     ).to_numpy()
     expected = embedder.encode_documents([long_text[chunks[-1].start : chunks[-1].end]])[0]
     assert np.allclose(last, expected, atol=1e-5)
+    assert await pool.fetchval("SELECT chunked FROM memories WHERE id = $1", m["id"])
+    # Vector search alone (Scroll 1.1) scores the memory by its best chunk: a query close
+    # to a later window scores as that chunk does, not as the memory's own vector.
+    await write(client, [{"text": "Weekend plans: hiking in the hills."}])
+    await Worker(pool, embedder).drain()
+    query = "Which service owns the ledger queue? Section 95"
+    resp = await client.post(
+        "/api/v1/memory/search", json={"user_id": "default", "query": query, "max_results": 5},
+        headers={**ADMIN, "X-WOS-Model": "Scroll 1.1"},
+    )  # fmt: skip
+    assert resp.status == 200, await resp.text()
+    hits = {h["id"]: h for h in (await resp.json())["memories"]}
+    q = embedder.encode_queries([query])[0]
+    best = max(float(q @ v) for v in embedder.encode_documents(
+        [long_text[c.start : c.end] for c in chunks]
+    ))  # fmt: skip
+    own = float(q @ embedder.encode_documents([long_text[chunks[0].start : chunks[0].end]])[0])
+    assert best > own + 0.01  # the test means something: a later chunk is closer
+    # similarity is the cosine mapped onto [0, 1] (service.ranking.similarity)
+    assert hits[m["id"]]["similarity"] == pytest.approx((best + 1) / 2, abs=1e-3)
     # Shortened to one window: the extra chunks go.
     await client.patch(f"/api/v1/memories/{m['id']}", json={"text": "short now"}, headers=ADMIN)
     await Worker(pool, embedder).drain()
     assert await pool.fetchval("SELECT count(*) FROM memory_chunks") == 0
+    assert not await pool.fetchval("SELECT chunked FROM memories WHERE id = $1", m["id"])
 
 
 async def test_worker_inside_serve_embeds_soon_after_a_write(
@@ -192,6 +213,36 @@ async def test_worker_inside_serve_embeds_soon_after_a_write(
     assert got["embeddingStatus"] == "ready"
     metrics = await (await client.get("/metrics")).text()
     assert "mneme_embedded_memories_total 1.0" in metrics
+
+
+async def test_the_worker_merges_the_text_index_pending_list_when_the_queue_empties(
+    client: Client, pool: asyncpg.Pool, embedder: SentenceTransformerEmbedder
+) -> None:
+    await pool.execute("CREATE EXTENSION IF NOT EXISTS pgstattuple")
+    pending = "SELECT pending_pages FROM pgstatginindex('memories_search_tsv')"
+    facts = [{"text": f"Fact {i}: the {w} team ships on day {i}."} for i, w in enumerate(
+        ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"] * 10
+    )]  # fmt: skip
+    # A bare drain leaves the written memories in the list (what searches then read).
+    await write(client, facts)
+    await Worker(pool, embedder).drain()
+    assert await pool.fetchval(pending) > 0
+    # The loop merges it once the queue is empty.
+    stop = asyncio.Event()
+    worker = Worker(pool, embedder, WorkerConfig(poll_s=0.05))
+    task = asyncio.create_task(worker.run(stop))
+    try:
+        await write(client, [{**f, "text": f["text"] + " Again."} for f in facts])
+        for _ in range(200):
+            if await pool.fetchval(pending) == 0 and (await queue_state(pool))[0] == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert await pool.fetchval(pending) == 0
+        assert (await queue_state(pool))[0] == 0
+    finally:
+        stop.set()
+        await task
+        worker.close()
 
 
 async def test_a_worker_killed_mid_batch_loses_nothing(

@@ -200,11 +200,11 @@ async def test_the_change_trigger_watches_every_column_but_the_workers(
 ) -> None:
     # Columns that may change without a reader seeing a difference: identity, the
     # worker's claim state and what is derived from another watched column (the vector
-    # and its model come with embedding_status) or bookkeeping.
+    # and its model, and whether it has chunks, come with embedding_status) or bookkeeping.
     unwatched = {
         "workspace_id", "id", "created_at", "updated_at", "search_tsv", "text_tokens",
         "embedding", "embedding_model", "embedding_generation", "embedding_attempts",
-        "embedding_error", "embedding_lease_until",
+        "embedding_error", "embedding_lease_until", "chunked",
     }  # fmt: skip
     columns = {
         r["column_name"]
