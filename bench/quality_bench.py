@@ -146,6 +146,9 @@ async def main() -> None:
         "--verify-only", action="store_true", help="only verify vs plain; writes no results"
     )
     parser.add_argument("--backend", help="the service's MNEME_EMBEDDING_BACKEND (e.g. onnx-int8)")
+    parser.add_argument(
+        "--query-int8", choices=("true", "false"), help="the service's MNEME_QUERY_INT8"
+    )
     args = parser.parse_args()
     turns = load_turns()
     stores = sorted({t.store for t in turns})[: args.conversations]
@@ -158,8 +161,10 @@ async def main() -> None:
         "questions": len(queries),
     }
     with tempfile.TemporaryDirectory(prefix="mneme-bench-") as tmp:
-        backend = {"MNEME_EMBEDDING_BACKEND": args.backend} if args.backend else {}
-        server = Server(Path(tmp) / "data", KEY, **backend)
+        env = {"MNEME_EMBEDDING_BACKEND": args.backend} if args.backend else {}
+        if args.query_int8:
+            env["MNEME_QUERY_INT8"] = args.query_int8
+        server = Server(Path(tmp) / "data", KEY, **env)
         try:
             await server.ready()
             async with aiohttp.ClientSession(headers=HEADERS) as session:

@@ -157,11 +157,17 @@ def quantize(source: Path, target: Path) -> None:
 
 
 def load(
-    model: Any, model_dir: Path, cache_dir: Path, threads: int, *, int8: bool = False
+    model: Any,
+    model_dir: Path,
+    cache_dir: Path,
+    threads: int,
+    *,
+    int8: bool = False,
+    tokenizer: Any = None,
 ) -> OnnxTransformer | None:
     """The model's ONNX twin from ``cache_dir`` (exported first if need be; ``int8``: with
     its weights quantized), or ``None`` when the pipeline is not one this module runs or
-    the twin disagrees with torch."""
+    the twin disagrees with torch. ``tokenizer``: the twin's own (default: the model's)."""
     if not supported(model):
         log.info("embedding pipeline not covered by the ONNX backend; using torch")
         return None
@@ -174,7 +180,9 @@ def load(
         if not target.is_file():
             log.info("quantizing the embedding model to int8", extra={"path": str(target)})
             quantize(fp32, target)
-    twin = OnnxTransformer(target, model.tokenizer, model.max_seq_length or 256, threads)
+    twin = OnnxTransformer(
+        target, tokenizer or model.tokenizer, model.max_seq_length or 256, threads
+    )
     expected = model.encode(PROBES, normalize_embeddings=True, convert_to_numpy=True)
     agreement = float((twin.encode(PROBES) * expected).sum(axis=1).min())
     if agreement < (AGREEMENT_INT8 if int8 else AGREEMENT):

@@ -56,6 +56,7 @@ def load_embedder(settings: Settings) -> Embedder:
         batch_size=settings.embed_batch_size,
         backend=settings.embedding_backend,
         onnx_dir=settings.model_cache_dir,
+        query_int8=settings.query_int8,
     )
     if embedder.dimension != db.VECTOR_DIMENSION:
         raise RuntimeError(
@@ -121,6 +122,7 @@ def create_app(
                     extra={
                         "model": slot.embedder and slot.embedder.name,
                         "backend": getattr(slot.embedder, "backend", None),
+                        "queries": getattr(slot.embedder, "query_backend", None),
                     },
                 )
             except Exception:

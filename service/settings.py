@@ -72,6 +72,7 @@ class Settings:
     embedding_device: str = "auto"
     # auto: ONNX Runtime on a CPU when the model's pipeline allows it, else torch.
     embedding_backend: str = "auto"
+    query_int8: bool = True
     # Where the ONNX export of the model is kept; None: <data_dir>/onnx.
     onnx_dir: Path | None = None
     embed_batch_size: int = 64
@@ -136,6 +137,8 @@ class Settings:
                     f"got {backend!r}"
                 )
             kwargs["embedding_backend"] = backend
+        if (query_int8 := get("MNEME_QUERY_INT8")) is not None:
+            kwargs["query_int8"] = _parse_bool("MNEME_QUERY_INT8", query_int8)
         if (onnx_dir := get("MNEME_ONNX_DIR")) is not None:
             kwargs["onnx_dir"] = Path(onnx_dir)
         integers: tuple[tuple[str, str, int, int, type[int] | type[float]], ...] = (

@@ -122,8 +122,11 @@ def settings(db_url: str) -> Settings:
 @pytest.fixture(scope="session")
 def embedder(tmp_path_factory: pytest.TempPathFactory) -> SentenceTransformerEmbedder:
     """The real model, loaded once for the whole session, as the service loads it (on
-    the CPU: its transformer exported to ONNX and run by ONNX Runtime)."""
-    return SentenceTransformerEmbedder(onnx_dir=tmp_path_factory.mktemp("onnx"))
+    the CPU: its transformer exported to ONNX and run by ONNX Runtime, queries on its int8
+    twin)."""
+    return SentenceTransformerEmbedder(
+        onnx_dir=tmp_path_factory.mktemp("onnx"), query_int8=Settings().query_int8
+    )
 
 
 class MnemeTestServer(TestServer):

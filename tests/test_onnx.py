@@ -105,6 +105,24 @@ def test_int8_weights_keep_the_models_direction_and_are_made_once(tmp_path: Path
     assert len(list(tmp_path.iterdir())) == 2  # kept, nothing temporary left
 
 
+def test_int8_queries_go_one_at_a_time_and_leave_documents_alone(tmp_path: Path) -> None:
+    embedder = SentenceTransformerEmbedder(onnx_dir=tmp_path, query_int8=True)
+    assert embedder.backend == "onnx" and embedder.query_backend == "onnx-int8, one at a time"
+    # A query's vector is the same whatever it is encoded with (dynamic quantization
+    # would otherwise share one activation scale across the batch).
+    together = embedder.encode_queries(TEXTS)
+    alone = np.stack([embedder.encode_queries([t])[0] for t in reversed(TEXTS)])[::-1]
+    assert np.array_equal(together, alone)
+    fp32 = SentenceTransformerEmbedder(onnx_dir=tmp_path)
+    assert fp32.query_backend == "onnx"
+    assert np.array_equal(embedder.encode_documents(TEXTS), fp32.encode_documents(TEXTS))
+    cosines = (together * fp32.encode_queries(TEXTS)).sum(axis=1)
+    assert float(cosines.mean()) >= onnx.AGREEMENT_INT8 and float(cosines.min()) >= 0.95
+    assert not np.array_equal(together, fp32.encode_queries(TEXTS))  # int8, really
+    # Without ONNX there is no int8 twin: queries stay on torch.
+    assert SentenceTransformerEmbedder(query_int8=True).query_backend == "torch"
+
+
 def test_backend_settings() -> None:
     settings = Settings.from_env({"MNEME_EMBEDDING_BACKEND": "torch", "MNEME_DATA_DIR": "/d"})
     assert settings.embedding_backend == "torch"
@@ -114,3 +132,7 @@ def test_backend_settings() -> None:
     assert Settings.from_env({"MNEME_ONNX_DIR": "/o"}).model_cache_dir == Path("/o")
     with pytest.raises(SettingsError, match="MNEME_EMBEDDING_BACKEND"):
         Settings.from_env({"MNEME_EMBEDDING_BACKEND": "tpu"})
+    assert Settings.from_env({}).query_int8
+    assert not Settings.from_env({"MNEME_QUERY_INT8": "false"}).query_int8
+    with pytest.raises(SettingsError, match="MNEME_QUERY_INT8"):
+        Settings.from_env({"MNEME_QUERY_INT8": "sometimes"})
