@@ -84,14 +84,23 @@ async def mneme_add(session: aiohttp.ClientSession, base: str, turn: Any) -> str
     return str(out["id"])
 
 
+# A pause before each timed operation, so each one starts on a quiet machine: torch's
+# OpenMP threads (mem0 encodes in this process) keep spinning for a while after a call
+# returns, and whichever side ran next paid for it. Agents call a memory service between
+# model turns, not back to back.
+GAP_S = 0.02
+
+
 async def timed(seconds: list[float], coro: Any) -> Any:
+    await asyncio.sleep(GAP_S)
     started = time.perf_counter()
     result = await coro
     seconds.append(time.perf_counter() - started)
     return result
 
 
-def timed_sync(seconds: list[float], fn: Any, *args: Any) -> Any:
+async def timed_sync(seconds: list[float], fn: Any, *args: Any) -> Any:
+    await asyncio.sleep(GAP_S)
     started = time.perf_counter()
     result = fn(*args)
     seconds.append(time.perf_counter() - started)
@@ -133,7 +142,7 @@ async def run(stores: list[str], rounds: int, seed: int) -> dict[str, Any]:
                             mid = await timed(writes["mneme"], mneme_add(session, base, t))
                             ids[t.store][mid] = t.dia_id
                         else:
-                            timed_sync(writes["mem0"], mem0.add, t.store, content, t.dia_id)
+                            await timed_sync(writes["mem0"], mem0.add, t.store, content, t.dia_id)
                 await wait_embedded(session, base)
 
                 print(f"asking {len(queries)} questions x {rounds} of both…", flush=True)
@@ -150,7 +159,7 @@ async def run(stores: list[str], rounds: int, seed: int) -> dict[str, Any]:
                                     session, base, q, ids, model="Tablet 2", max_results=10
                                 ))  # fmt: skip
                             else:
-                                found = timed_sync(
+                                found = await timed_sync(
                                     searches["mem0"], mem0.search, q["store"], q["question"], 10
                                 )
                             ranked[side][q["qid"]] = found
