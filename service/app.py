@@ -34,6 +34,7 @@ from service.state import (
     METER,
     METRICS,
     OUTAGE,
+    PLANNED_ONCE_POOL,
     POOL,
     ROUTE_SPECS,
     SETTINGS,
@@ -102,10 +103,18 @@ def create_app(
         pool = await db.create_pool(url, settings)
         app[POOL] = pool
         app[METRICS].pool.pool = pool
-        async with pool.acquire() as conn:
-            await bootstrap(conn, settings.bootstrap_key, announce_key)
-        yield
-        await pool.close()
+        try:
+            app[PLANNED_ONCE_POOL] = await db.create_pool(
+                url, settings, planned_once=True, min_size=1
+            )
+            try:
+                async with pool.acquire() as conn:
+                    await bootstrap(conn, settings.bootstrap_key, announce_key)
+                yield
+            finally:
+                await app[PLANNED_ONCE_POOL].close()
+        finally:
+            await pool.close()
 
     async def model(app: web.Application) -> AsyncIterator[None]:
         slot = app[EMBEDDER]

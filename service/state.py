@@ -43,6 +43,9 @@ class EmbedderSlot:
 
 SETTINGS = web.AppKey("settings", Settings)
 POOL = web.AppKey("pool", asyncpg.Pool)
+# Connections that plan each statement once (generic plans), for searching a store that is
+# scanned exactly (service.queries.search.planned_once).
+PLANNED_ONCE_POOL = web.AppKey("planned_once_pool", asyncpg.Pool)
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
 ROUTE_SPECS: web.AppKey[dict[web.AbstractRoute, Route]] = web.AppKey("route_specs")
 EMBEDDER = web.AppKey("embedder", EmbedderSlot)

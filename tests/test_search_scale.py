@@ -12,7 +12,7 @@ from service import db
 from service.queries import search as sq
 from service.queries.keys import Principal
 from service.queries.search import SearchFilters
-from service.state import POOL
+from service.state import PLANNED_ONCE_POOL, POOL
 from tests.helpers import ADMIN, Client
 
 PNG = "iVBORw0KGgoAAAAAAAAAAAAAAAAAAAA="
@@ -270,9 +270,9 @@ async def test_search_reports_its_phases_in_server_timing(client: Client) -> Non
     assert names == ["app", "auth", "store", "text", "embed", "retrieve", "render", "bill"]
 
 
-async def test_generic_plans_for_a_small_store_end_with_its_search(client: Client) -> None:
-    # A small store's search plans its statements generically for one transaction; the
-    # pooled connections keep planning every statement for its values (big stores' HNSW).
+async def test_generic_plans_stay_in_the_small_stores_pool(client: Client) -> None:
+    # A small store's search runs on connections that plan statements generically; the
+    # main pool's keep planning every statement for its values (big stores' HNSW).
     await post(client, "/api/v1/memories", {"text": "Plans are nothing; planning is everything."})
     for _ in range(3):
         resp = await client.post(
@@ -283,14 +283,26 @@ async def test_generic_plans_for_a_small_store_end_with_its_search(client: Clien
         assert [m["content"] for m in (await resp.json())["memories"]] == [
             "Plans are nothing; planning is everything."
         ]
-    pool = client.app[POOL]
-    held = [await pool.acquire() for _ in range(pool.get_size())]
-    try:
-        for conn in held:
-            assert await conn.fetchval("SHOW plan_cache_mode") == "force_custom_plan"
-    finally:
-        for conn in held:
-            await pool.release(conn)
+    # The full-text arm's statement (it reads search_terms), by how it was planned.
+    plans = """
+        SELECT coalesce(sum(generic_plans), 0), coalesce(sum(custom_plans), 0)
+        FROM pg_prepared_statements
+        WHERE statement LIKE '%FROM search_terms t%' AND statement NOT LIKE '%pg_prepared%'
+    """
+    seen = {}
+    for key, mode in ((POOL, "force_custom_plan"), (PLANNED_ONCE_POOL, "force_generic_plan")):
+        pool = client.app[key]
+        held = [await pool.acquire() for _ in range(pool.get_size())]
+        try:
+            for conn in held:
+                assert await conn.fetchval("SHOW plan_cache_mode") == mode
+            seen[key] = [tuple(await conn.fetchrow(plans)) for conn in held]
+        finally:
+            for conn in held:
+                await pool.release(conn)
+    assert all(counts == (0, 0) for counts in seen[POOL]), seen  # no search ran there
+    assert sum(g for g, _ in seen[PLANNED_ONCE_POOL]) == 3  # and three ran here, generic
+    assert sum(c for _, c in seen[PLANNED_ONCE_POOL]) == 0
 
 
 async def test_pooled_connections_keep_the_search_settings_after_a_release(db_url: str) -> None:

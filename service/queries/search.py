@@ -301,15 +301,10 @@ def statement_values(
     }  # fmt: skip
 
 
-# A store searched exactly in every part is planned once per connection, not per search
-# (~0.6 ms a statement): its plan never depends on the store (every row of the store is
-# read, no index can be the wrong choice), unlike the HNSW statements (service.db's
-# force_custom_plan). Set for one transaction: pooled connections keep the default.
-GENERIC_PLANS = "SET LOCAL plan_cache_mode = force_generic_plan"
-
-
 def planned_once(stats: Profile) -> bool:
-    """Whether a search of the store may run on generic plans (GENERIC_PLANS)."""
+    """Whether a search of the store may run on generic plans: its statements are the
+    exact ones, whose plans never depend on the store (service.db.PLANNED_ONCE_SETTINGS),
+    unlike the HNSW statements."""
     return stats.docs < EXACT_BELOW
 
 

@@ -5,7 +5,6 @@ retrieval), bill.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import time
 from datetime import UTC, datetime
@@ -28,7 +27,7 @@ from service.queries import memories as q
 from service.queries import search as sq
 from service.queries import usage
 from service.queries.search import Candidate, SearchFilters
-from service.state import EMBEDDER, METER, POOL, TOUCHER
+from service.state import EMBEDDER, METER, PLANNED_ONCE_POOL, POOL, TOUCHER
 
 
 async def search(request: web.Request) -> web.Response:
@@ -156,10 +155,9 @@ async def answer(
     main_self_only = False if self_mode else None
     main_images = False if model.images else None
 
-    async with pool.acquire() as conn, contextlib.AsyncExitStack() as planned:
-        if sq.planned_once(stats):
-            await planned.enter_async_context(conn.transaction())
-            await conn.execute(sq.GENERIC_PLANS)
+    if sq.planned_once(stats):
+        pool = request.app[PLANNED_ONCE_POOL]
+    async with pool.acquire() as conn:
 
         async def retrieve(
             *,
