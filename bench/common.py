@@ -115,10 +115,12 @@ class Server:
         self.base = f"http://127.0.0.1:{self.port}"
         self.data_dir = data_dir
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("MNEME_")}
+        # Defaults a caller may override (e.g. MNEME_RATE_LIMITS to test throttling).
+        full_env.update(MNEME_LOG_LEVEL="WARNING", MNEME_RATE_LIMITS="scale=10000000")
+        full_env.update(env)
         full_env.update(
-            MNEME_DATA_DIR=str(data_dir), MNEME_PORT=str(self.port), MNEME_BOOTSTRAP_KEY=key,
-            MNEME_LOG_LEVEL="WARNING", MNEME_RATE_LIMITS="scale=10000000", **env,
-        )  # fmt: skip
+            MNEME_DATA_DIR=str(data_dir), MNEME_PORT=str(self.port), MNEME_BOOTSTRAP_KEY=key
+        )
         out = subprocess.DEVNULL if log is None else log.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "service.cli", "serve"], env=full_env,
