@@ -16,6 +16,10 @@ import numpy.typing as npt
 Vectors = npt.NDArray[np.float32]
 
 
+# How the model runs (SentenceTransformerEmbedder's ``backend``; MNEME_EMBEDDING_BACKEND).
+BACKENDS = ("auto", "onnx", "onnx-int8", "torch")
+
+
 @dataclass(frozen=True)
 class Chunk:
     """A window of a text, as character offsets, that fits the model in one pass."""

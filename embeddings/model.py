@@ -25,13 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from embeddings import Chunk, Vectors, onnx
+from embeddings import BACKENDS, Chunk, Vectors, onnx
 from embeddings.onnx import OnnxTransformer
 
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
-
-
-BACKENDS = ("auto", "onnx", "onnx-int8", "torch")
 
 
 def bundled_model_path() -> Path:
@@ -109,29 +106,26 @@ class SentenceTransformerEmbedder:
         if backend not in BACKENDS:
             raise ValueError(f"unknown embedding backend {backend!r}: {', '.join(BACKENDS)}")
         self.backend = "torch"
+        # Queries' own int8 session and lock (query_int8): a query never waits for a batch.
+        self._queries: OnnxTransformer | None = None
+        self._query_lock = threading.Lock()
         if backend != "torch" and self.device == "cpu" and onnx_dir is not None:
             import torch
 
+            threads = torch.get_num_threads()
             # onnx-int8 is asked for, never chosen by auto: its activations are quantized
             # per batch, so a text's vector moves a little with the texts batched with it.
             int8 = backend == "onnx-int8"
-            self._onnx = onnx.load(
-                self._model, path, Path(onnx_dir), torch.get_num_threads(), int8=int8
-            )
+            self._onnx = onnx.load(self._model, path, Path(onnx_dir), threads, int8=int8)
             if self._onnx is not None:
                 self.backend = "onnx-int8" if int8 else "onnx"
+                if query_int8:
+                    self._queries = onnx.load(
+                        self._model, path, Path(onnx_dir), threads, int8=True,
+                        tokenizer=copy.deepcopy(self._model.tokenizer),
+                    )  # fmt: skip
         if backend in ("onnx", "onnx-int8") and self._onnx is None:
             raise RuntimeError("the ONNX backend cannot run this model here (see the log)")
-        # Queries' own session and lock: a query never waits for a worker's batch.
-        self._queries: OnnxTransformer | None = None
-        self._query_lock = threading.Lock()
-        if query_int8 and self._onnx is not None:
-            import torch
-
-            self._queries = onnx.load(
-                self._model, path, Path(onnx_dir or "."), torch.get_num_threads(), int8=True,
-                tokenizer=copy.deepcopy(self._model.tokenizer),
-            )  # fmt: skip
         self.query_backend = self.backend if self._queries is None else "onnx-int8, one at a time"
 
     def _encode(self, texts: Sequence[str]) -> Vectors:

@@ -100,21 +100,17 @@ def create_app(
     async def database(app: web.Application) -> AsyncIterator[None]:
         url = await db.resolve_url(settings)
         await db.prepare_schema(url, auto_migrate=settings.embedded)
-        pool = await db.create_pool(url, settings)
-        app[POOL] = pool
-        app[METRICS].pool.pool = pool
-        try:
-            app[PLANNED_ONCE_POOL] = await db.create_pool(
-                url, settings, planned_once=True, min_size=1
-            )
-            try:
-                async with pool.acquire() as conn:
-                    await bootstrap(conn, settings.bootstrap_key, announce_key)
-                yield
-            finally:
-                await app[PLANNED_ONCE_POOL].close()
-        finally:
-            await pool.close()
+        async with contextlib.AsyncExitStack() as pools:
+            pool = await db.create_pool(url, settings)
+            pools.push_async_callback(pool.close)
+            app[POOL] = pool
+            app[METRICS].pool.pool = pool
+            planned = await db.create_pool(url, settings, planned_once=True, min_size=1)
+            pools.push_async_callback(planned.close)
+            app[PLANNED_ONCE_POOL] = planned
+            async with pool.acquire() as conn:
+                await bootstrap(conn, settings.bootstrap_key, announce_key)
+            yield
 
     async def model(app: web.Application) -> AsyncIterator[None]:
         slot = app[EMBEDDER]

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from embeddings import BACKENDS
+
 TIERS = ("free", "pro", "scale")
 DEFAULT_RATE_LIMITS: Mapping[str, int] = {"free": 60, "pro": 600, "scale": 6000}
 
@@ -131,10 +133,9 @@ class Settings:
         if (device := get("MNEME_EMBEDDING_DEVICE")) is not None:
             kwargs["embedding_device"] = device
         if (backend := get("MNEME_EMBEDDING_BACKEND")) is not None:
-            if backend not in ("auto", "onnx", "onnx-int8", "torch"):
+            if backend not in BACKENDS:
                 raise SettingsError(
-                    "MNEME_EMBEDDING_BACKEND must be auto, onnx, onnx-int8 or torch, "
-                    f"got {backend!r}"
+                    f"MNEME_EMBEDDING_BACKEND must be one of {', '.join(BACKENDS)}, got {backend!r}"
                 )
             kwargs["embedding_backend"] = backend
         if (query_int8 := get("MNEME_QUERY_INT8")) is not None:

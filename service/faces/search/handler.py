@@ -141,7 +141,8 @@ async def answer(
 ) -> tuple[dict[str, Any], list[Candidate]]:
     """Retrieve and render; returns the body and the memories it delivers. ``early``:
     the query's vector, already being computed."""
-    pool = request.app[POOL]
+    # Exact scans run on connections that plan once (service.db.PLANNED_ONCE_SETTINGS).
+    pool = request.app[PLANNED_ONCE_POOL if sq.planned_once(stats) else POOL]
     slot = request.app[EMBEDDER]
     assert slot.queries is not None
     now = datetime.now(UTC)
@@ -155,8 +156,6 @@ async def answer(
     main_self_only = False if self_mode else None
     main_images = False if model.images else None
 
-    if sq.planned_once(stats):
-        pool = request.app[PLANNED_ONCE_POOL]
     async with pool.acquire() as conn:
 
         async def retrieve(
