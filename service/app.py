@@ -29,6 +29,7 @@ from service.queries.search import Toucher
 from service.routes import ROUTES, Route
 from service.server import standard_headers
 from service.settings import Settings
+from service.snapshots import Snapshots
 from service.state import (
     EMBEDDER,
     METER,
@@ -36,10 +37,13 @@ from service.state import (
     OUTAGE,
     PLANNED_ONCE_POOL,
     POOL,
+    RECENT_KEYS,
     ROUTE_SPECS,
     SETTINGS,
+    SNAPSHOTS,
     TOUCHER,
     EmbedderSlot,
+    RecentKeys,
 )
 
 log = logging.getLogger("mneme.app")
@@ -91,6 +95,7 @@ def create_app(
     app[METRICS] = Metrics()
     app[EMBEDDER] = EmbedderSlot()
     app[OUTAGE] = Outage()
+    app[RECENT_KEYS] = RecentKeys()
     specs: dict[web.AbstractRoute, Route] = {}
     for spec in ROUTES:
         specs[app.router.add_route(spec.method, spec.path, spec.handler)] = spec
@@ -108,6 +113,9 @@ def create_app(
             planned = await db.create_pool(url, settings, planned_once=True, min_size=1)
             pools.push_async_callback(planned.close)
             app[PLANNED_ONCE_POOL] = planned
+            snapshots = Snapshots(pool, max_bytes=settings.snapshot_bytes)
+            pools.push_async_callback(snapshots.close)
+            app[SNAPSHOTS] = snapshots
             async with pool.acquire() as conn:
                 await bootstrap(conn, settings.bootstrap_key, announce_key)
             yield

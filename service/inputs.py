@@ -123,9 +123,33 @@ def check_json_strings(raw: bytes) -> None:
 SLOWEST_BODY_RATE = 100_000
 
 
+BODY = web.RequestKey("body", asyncio.Future)
+
+
 async def body_of(request: web.Request) -> bytes:
     """The request's body, whole, within its deadline: ``MNEME_BODY_TIMEOUT`` seconds and
-    one more per 100 kB it declares."""
+    one more per 100 kB it declares.
+
+    Read once, by whoever asks first (a route's prefetch may, while the key is checked):
+    every caller gets the same bytes, or the same failure."""
+    reading = request.get(BODY)
+    if reading is None:
+        reading = asyncio.ensure_future(_read_body(request))
+        # Retrieved even if the one who asked went away (a prefetch cancelled with its 401).
+        reading.add_done_callback(lambda f: f.cancelled() or f.exception())
+        request[BODY] = reading
+    body: bytes = await asyncio.shield(reading)
+    return body
+
+
+def abandon_body(request: web.Request) -> None:
+    """Stop a read of the body still waiting for it (nobody will use it)."""
+    reading = request.get(BODY)
+    if reading is not None and not reading.done():
+        reading.cancel()
+
+
+async def _read_body(request: web.Request) -> bytes:
     declared = request.content_length or 0
     timeout = request.app[SETTINGS].body_timeout + declared / SLOWEST_BODY_RATE
     try:

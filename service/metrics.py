@@ -72,6 +72,18 @@ class Metrics:
             buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
             registry=self.registry,
         )
+        self.retrievals = Counter(
+            "mneme_search_retrievals",
+            "Search retrievals, by what answered them: snapshot (a small store's snapshot in "
+            "memory), checked (the snapshot's candidates checked in SQL), sql (the SQL arms)",
+            ["path"],
+            registry=self.registry,
+        )
+        self.snapshot_bytes = Gauge(
+            "mneme_search_snapshot_bytes",
+            "Memory held by search snapshots of small stores",
+            registry=self.registry,
+        )
         self.pool = PoolCollector()
         self.registry.register(self.pool)
 

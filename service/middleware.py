@@ -21,10 +21,12 @@ from aiohttp import web
 
 from service.errors import KIND_BY_STATUS, ApiError, render_error
 from service.ids import new_id
+from service.inputs import abandon_body
 from service.outage import RETRY_AFTER_S, is_rolled_back, is_unavailable
 from service.queries import keys
 from service.queries.keys import Principal
-from service.state import METRICS, OUTAGE, POOL, ROUTE_SPECS, SETTINGS
+from service.queries.ratelimit import Decision
+from service.state import METRICS, OUTAGE, POOL, RECENT_KEYS, ROUTE_SPECS, SETTINGS
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -174,27 +176,49 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
         return await handler(request)
 
     limits = request.app[SETTINGS].rate_limits
+    secret = presented_key(request)
+    digest = keys.digest(secret)
+    recent = request.app[RECENT_KEYS]
+    prefetch = None
+    if spec.prefetch is not None and digest in recent:
+        prefetch = asyncio.ensure_future(spec.prefetch(request))
     started = time.perf_counter()
-    found = await keys.authenticate_and_count(request.app[POOL], presented_key(request), limits)
-    phase(request, "auth", time.perf_counter() - started)
-    if found is None:
-        raise ApiError(401, "Invalid or revoked API key")
-    principal, decision = found
+    try:
+        found = await keys.authenticate_and_count(request.app[POOL], secret, limits)
+        phase(request, "auth", time.perf_counter() - started)
+        if found is None:
+            raise ApiError(401, "Invalid or revoked API key")
+        principal, decision = found
+        if not decision.allowed or spec.scope not in principal.scopes:
+            raise _refused(request, principal, decision, spec.scope)
+        recent.add(digest)
+        request[PRINCIPAL] = principal
+        return await handler(request)
+    finally:
+        if prefetch is not None:
+            # Answered without the prefetch's work (refused, or an error before the body
+            # was wanted): stop it, and stop waiting for a body nobody reads, which aiohttp
+            # then discards itself.
+            prefetch.cancel()
+            abandon_body(request)
+
+
+def _refused(
+    request: web.Request, principal: Principal, decision: Decision, scope: str
+) -> ApiError:
+    """A key that checked out, over its workspace's rate limit or without the scope."""
     request[PRINCIPAL] = principal
     if not decision.allowed:
-        limit = limits[principal.workspace_tier]
+        limit = request.app[SETTINGS].rate_limits[principal.workspace_tier]
         request.app[METRICS].rate_limited.inc()
-        raise ApiError(
+        return ApiError(
             429,
             f"Rate limit of {limit} requests per minute exceeded for this workspace "
             f"({principal.workspace_tier} plan); retry after {decision.retry_after} s",
             headers={"Retry-After": str(decision.retry_after)},
             retry_after=decision.retry_after,
         )
-
-    if spec.scope not in principal.scopes:
-        raise ApiError(403, f"This API key lacks the '{spec.scope}' scope")
-    return await handler(request)
+    return ApiError(403, f"This API key lacks the '{scope}' scope")
 
 
 def principal_of(request: web.Request) -> Principal:

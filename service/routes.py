@@ -15,6 +15,7 @@ from aiohttp import web
 from service.faces import admin, browse, memories, ops, search, speakers, stores
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Prefetch = Callable[[web.Request], Awaitable[None]]
 
 READ, WRITE, ADMIN = "memory:read", "memory:write", "admin"
 
@@ -27,6 +28,10 @@ class Route:
     scope: str | None
     # Seed 003 wants error bodies with exactly "type" and "message": no extra fields.
     plain_errors: bool = False
+    # Work to start while the key is checked (search: encode the query), for keys that
+    # authenticated here lately (service.state.RecentKeys). It must change nothing and
+    # may fail silently: the handler runs, or not, as without it.
+    prefetch: Prefetch | None = None
 
 
 ROUTES: list[Route] = [
@@ -41,7 +46,7 @@ ROUTES: list[Route] = [
     # Browse face (seed 000)
     Route("GET", "/api/v1/memories", browse.list_memories, READ),
     # Search face (seed 002)
-    Route("POST", "/api/v1/memory/search", search.search, READ),
+    Route("POST", "/api/v1/memory/search", search.search, READ, prefetch=search.prefetch),
     Route("GET", "/api/v1/usage", search.get_usage, READ),
     # Write API
     Route("POST", "/api/v1/memories", memories.create_memories, WRITE),

@@ -82,6 +82,8 @@ class Settings:
     embed_lease_s: float = 60.0
     embed_poll_s: float = 5.0
     embed_max_attempts: int = 5
+    # Memory for search snapshots of small stores (service.snapshots); 0: none.
+    snapshot_bytes: int = 256 * 1024 * 1024
     # Retention: transitory memories not used for this long are archived.
     transitory_idle_s: float = 30 * 24 * 3600.0
     retention_interval_s: float = 300.0
@@ -153,6 +155,9 @@ class Settings:
         for name, attr, lo, hi, kind in integers:
             if (raw := get(name)) is not None:
                 kwargs[attr] = kind(_parse_int(name, raw, lo, hi))
+        if (snapshot_mb := get("MNEME_SEARCH_SNAPSHOT_MB")) is not None:
+            mib = _parse_int("MNEME_SEARCH_SNAPSHOT_MB", snapshot_mb, 0, 1_048_576)
+            kwargs["snapshot_bytes"] = mib * 1024 * 1024
         if (idle := get("MNEME_TRANSITORY_IDLE_HOURS")) is not None:
             hours = _parse_int("MNEME_TRANSITORY_IDLE_HOURS", idle, 1, 87600)
             kwargs["transitory_idle_s"] = hours * 3600.0

@@ -4,6 +4,8 @@ and the batches written off the response path."""
 from __future__ import annotations
 
 import asyncio
+import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -16,6 +18,7 @@ from service.outage import Outage
 from service.queries.search import Toucher
 from service.queries.usage import Meter
 from service.settings import Settings
+from service.snapshots import Snapshots
 
 if TYPE_CHECKING:
     from service.metrics import Metrics
@@ -41,11 +44,34 @@ class EmbedderSlot:
         self.ready.set()
 
 
+class RecentKeys:
+    """Digests of keys that authenticated here lately: only their requests get a route's
+    prefetch (work started while the key is being checked), so a caller without a valid
+    key never makes the service do more than check it."""
+
+    def __init__(self, ttl_s: float = 300.0, size: int = 10_000) -> None:
+        self.ttl_s = ttl_s
+        self.size = size
+        self._seen: OrderedDict[bytes, float] = OrderedDict()
+
+    def __contains__(self, digest: bytes) -> bool:
+        at = self._seen.get(digest)
+        return at is not None and time.monotonic() - at < self.ttl_s
+
+    def add(self, digest: bytes) -> None:
+        self._seen[digest] = time.monotonic()
+        self._seen.move_to_end(digest)
+        while len(self._seen) > self.size:
+            self._seen.popitem(last=False)
+
+
 SETTINGS = web.AppKey("settings", Settings)
 POOL = web.AppKey("pool", asyncpg.Pool)
 # Connections that plan each statement once (generic plans), for searching a store that is
 # scanned exactly (service.queries.search.planned_once).
 PLANNED_ONCE_POOL = web.AppKey("planned_once_pool", asyncpg.Pool)
+# Small stores' vectors and postings in memory, for search (service.snapshots).
+SNAPSHOTS = web.AppKey("snapshots", Snapshots)
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
 ROUTE_SPECS: web.AppKey[dict[web.AbstractRoute, Route]] = web.AppKey("route_specs")
 EMBEDDER = web.AppKey("embedder", EmbedderSlot)
@@ -53,3 +79,4 @@ EMBEDDER = web.AppKey("embedder", EmbedderSlot)
 TOUCHER = web.AppKey("toucher", Toucher)
 METER = web.AppKey("meter", Meter)
 OUTAGE = web.AppKey("outage", Outage)
+RECENT_KEYS = web.AppKey("recent_keys", RecentKeys)

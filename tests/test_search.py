@@ -13,6 +13,7 @@ from embeddings.worker import Worker
 from service import db
 from service.queries.memories import LAST_USED_AT
 from service.settings import Settings
+from service.state import EMBEDDER
 from tests.helpers import ADMIN, Client, auth, make_key
 
 URL = "/api/v1/memory/search"
@@ -545,3 +546,45 @@ async def test_usage_reports_billed_units_per_day_and_endpoint(
     assert (await old.json())["data"] == []
     bad = await client.get("/api/v1/usage?from=yesterday", headers=ADMIN)
     assert bad.status == 400
+
+
+# --- work started while the key is checked ----------------------------------------------
+
+
+async def test_only_a_key_that_checked_out_lately_gets_its_query_encoded_early(
+    client: Client,
+) -> None:
+    encoder = client.app[EMBEDDER].queries
+    assert encoder is not None
+
+    async def ask(key: str, query: str) -> int:
+        resp = await client.post(URL, json={"user_id": "default", "query": query},
+                                 headers=auth(key))  # fmt: skip
+        return resp.status
+
+    # An unknown key never makes the model work, not even while it is being checked.
+    calls = encoder.model_calls
+    assert await ask("mneme_sk_not-a-key-at-all", "never encoded") == 401
+    await asyncio.sleep(0.05)
+    assert encoder.model_calls == calls and encoder.tokens("never encoded") is None
+    # A key that checked out gets the same answers with its queries encoded early.
+    resp = await client.post(
+        "/api/v1/keys", json={"kind": "service", "scopes": ["memory:read"]}, headers=ADMIN
+    )
+    made = await resp.json()
+    assert await ask(made["key"], "first") == 200
+    assert await ask(made["key"], "second") == 200
+    assert encoder.tokens("second") is not None
+    # Revoked, it is refused as before (what was encoded early is just not used).
+    assert (await client.delete(f"/api/v1/keys/{made['id']}", headers=ADMIN)).status == 204
+    assert await ask(made["key"], "third") == 401
+
+
+async def test_a_bad_body_from_a_known_key_is_still_the_handlers_400(client: Client) -> None:
+    await search(client, {"user_id": "default", "query": "hello"})  # the key checks out
+    for body in (b"{not json", b'{"user_id": "default"}', b'{"user_id": "-x", "query": "q"}'):
+        resp = await client.post(
+            URL, data=body, headers={**ADMIN, "Content-Type": "application/json"}
+        )
+        assert resp.status == 400, await resp.text()
+        assert (await resp.json())["error"]["type"] == "invalid_request_error"

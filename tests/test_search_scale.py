@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
@@ -12,6 +13,7 @@ from service import db
 from service.queries import search as sq
 from service.queries.keys import Principal
 from service.queries.search import SearchFilters
+from service.settings import Settings
 from service.state import PLANNED_ONCE_POOL, POOL
 from tests.helpers import ADMIN, Client
 
@@ -270,9 +272,13 @@ async def test_search_reports_its_phases_in_server_timing(client: Client) -> Non
     assert names == ["app", "auth", "store", "text", "embed", "retrieve", "render", "bill"]
 
 
-async def test_generic_plans_stay_in_the_small_stores_pool(client: Client) -> None:
+async def test_generic_plans_stay_in_the_small_stores_pool(
+    make_client: Callable[[Settings], Awaitable[Client]], settings: Settings
+) -> None:
     # A small store's search runs on connections that plan statements generically; the
-    # main pool's keep planning every statement for its values (big stores' HNSW).
+    # main pool's keep planning every statement for its values (big stores' HNSW). The
+    # SQL arms are watched here: no snapshot answers instead.
+    client = await make_client(settings.with_overrides(snapshot_bytes=0))
     await post(client, "/api/v1/memories", {"text": "Plans are nothing; planning is everything."})
     for _ in range(3):
         resp = await client.post(

@@ -12,7 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from embeddings.worker import queue_state
 from service import migrations
 from service.jsonutil import json_response
-from service.state import EMBEDDER, METRICS, OUTAGE, POOL
+from service.state import EMBEDDER, METRICS, OUTAGE, POOL, SNAPSHOTS
 
 log = logging.getLogger("mneme.ops")
 
@@ -47,6 +47,7 @@ async def readyz(request: web.Request) -> web.Response:
 
 async def metrics(request: web.Request) -> web.Response:
     m = request.app[METRICS]
+    m.snapshot_bytes.set(request.app[SNAPSHOTS].held_bytes)
     try:
         depth, lag = await queue_state(request.app[POOL])
         m.embedding_queue.set(depth)

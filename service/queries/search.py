@@ -18,6 +18,7 @@ cached generic plan cannot pick the wrong path for a store.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
@@ -202,6 +203,11 @@ class Profile:
     length: int
     self_docs: int
     image_docs: int
+    # What the search asked along with the profile (service.snapshots): the query's
+    # lexemes (to_tsvector's, as the full-text arm takes them), and which of the scopes it
+    # named the reader may read (mneme_readable).
+    lexemes: tuple[str, ...] = ()
+    readable_scopes: frozenset[str] = frozenset()
 
     @property
     def avgdl(self) -> float:
@@ -213,7 +219,9 @@ class Profile:
 
 # A search's store (by id or name, as memories.resolve_store) and its profile: one round trip.
 STORE_AND_PROFILE = f"""
-SELECT s.*, p.*
+SELECT s.*, p.*, tsvector_to_array(to_tsvector('english', $3::text)) AS lexemes,
+       array(SELECT x FROM unnest($4::text[]) x WHERE mneme_readable(x, $5, $6, $7))
+           AS readable_scopes
 FROM ({SELECT_STORE}) s
 CROSS JOIN LATERAL (
     SELECT coalesce(sum(docs), 0)::bigint AS docs, coalesce(sum(length), 0)::bigint AS length,
@@ -226,13 +234,30 @@ CROSS JOIN LATERAL (
 
 
 async def store_and_profile(
-    conn: Conn, workspace_id: str, ref: str
+    conn: Conn,
+    workspace_id: str,
+    ref: str,
+    query: str = "",
+    *,
+    reader: Principal | None = None,
+    scopes: Sequence[str] = (),
 ) -> tuple[Store, Profile] | None:
-    row = await conn.fetchrow(STORE_AND_PROFILE, workspace_id, ref)
+    """The store ``ref`` names and its profile; with it, ``query``'s lexemes and which of
+    ``scopes`` ``reader`` may read."""
+    is_service, member, rooms = (
+        (False, None, []) if reader is None else (reader.is_service, reader.member, reader.rooms)
+    )
+    row = await conn.fetchrow(
+        STORE_AND_PROFILE, workspace_id, ref, query, list(scopes), is_service, member, rooms
+    )
     if row is None:
         return None
     store = Store(**{f.name: row[f.name] for f in fields(Store)})
-    return store, Profile(**{f.name: row[f.name] for f in fields(Profile)})
+    asked = ("lexemes", "readable_scopes")
+    profile = Profile(**{f.name: row[f.name] for f in fields(Profile) if f.name not in asked},
+                      lexemes=tuple(row["lexemes"]),
+                      readable_scopes=frozenset(row["readable_scopes"]))  # fmt: skip
+    return store, profile
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ One module per job: ``models`` (the memory models and what each serves), ``reque
 (``GET /api/v1/usage``).
 """
 
-from service.faces.search.handler import search
+from service.faces.search.handler import prefetch, search
 from service.faces.search.usage import get_usage
 
-__all__ = ["get_usage", "search"]
+__all__ = ["get_usage", "prefetch", "search"]

@@ -14,12 +14,12 @@ import msgspec
 from aiohttp import web
 
 from embeddings.batcher import Vector
-from service import ranking
+from service import ranking, snapshots
 from service.errors import ApiError, not_found
 from service.faces.search.billing import TTL_S, WRITE_RATE, options_key, result_tokens_of
 from service.faces.search.models import MemoryModel, pick_model
 from service.faces.search.render import render
-from service.faces.search.request import SearchRequest, parse_request
+from service.faces.search.request import MAX_QUERY_BYTES, SearchRequest, parse_request
 from service.faces.search.verify import VERIFY_DEPTH, verify_passes
 from service.inputs import body_of
 from service.middleware import phase, principal_of
@@ -27,7 +27,39 @@ from service.queries import memories as q
 from service.queries import search as sq
 from service.queries import usage
 from service.queries.search import Candidate, SearchFilters
-from service.state import EMBEDDER, METER, PLANNED_ONCE_POOL, POOL, TOUCHER
+from service.state import (
+    EMBEDDER,
+    METER,
+    METRICS,
+    PLANNED_ONCE_POOL,
+    POOL,
+    SNAPSHOTS,
+    TOUCHER,
+)
+
+# A body larger than this is not read before its key is checked.
+PREFETCH_MAX_BODY = 64 * 1024
+
+
+async def prefetch(request: web.Request) -> None:
+    """While the key is checked: read the body and start encoding the query, so the
+    model's ~3 ms overlap the key check and the store lookup. Nothing here changes
+    anything or answers anyone; any problem is left for the handler to find and report."""
+    queries = request.app[EMBEDDER].queries
+    if queries is None or not 0 < (request.content_length or 0) <= PREFETCH_MAX_BODY:
+        return
+    try:
+        body = msgspec.json.decode(await body_of(request))
+    except Exception:
+        return
+    if not isinstance(body, dict) or body.get("cache_control") is not None:
+        return  # a cacheable search may need no vector
+    query = body.get("query")
+    if isinstance(query, str) and query.strip() and len(query) <= MAX_QUERY_BYTES:
+        encoding = asyncio.ensure_future(queries.encode(query))
+        # Taken up by the handler's own encode of the same text (the encoder shares texts
+        # in flight); a failure is the handler's to meet, not the log's.
+        encoding.add_done_callback(lambda f: f.cancelled() or f.exception())
 
 
 async def search(request: web.Request) -> web.Response:
@@ -58,12 +90,27 @@ async def _search(
 ) -> web.Response:
     principal = principal_of(request)
     pool = request.app[POOL]
+    held = request.app[SNAPSHOTS]
     started = time.perf_counter()
-    found = await sq.store_and_profile(pool, principal.workspace_id, req.store_ref)
+    # The lookup also says which scopes of the snapshot the store had last time the key
+    # may read: if it is still that store at that version, no other statement is needed.
+    guess = held.guess(principal.workspace_id, req.store_ref)
+    found = await sq.store_and_profile(
+        pool, principal.workspace_id, req.store_ref, req.query, reader=principal,
+        scopes=guess.scopes if guess is not None else (),
+    )  # fmt: skip
     phase(request, "store", time.perf_counter() - started)
     if found is None:
         raise not_found(f"Store {req.store_ref!r} not found")
     store, stats = found
+    # A small store unchanged since its snapshot was read is ranked from the snapshot; a
+    # changed one by the SQL arms, while a new snapshot is read in the background.
+    snap = None
+    if sq.planned_once(stats) and stats.docs > 0:
+        snap = held.fresh(principal.workspace_id, req.store_ref, store.id, store.version)
+    reader = snapshots.Reader(
+        principal, stats.readable_scopes if snap is not None and snap is guess else None
+    )
     if req.speaker is not None and not await q.speaker_exists(
         pool, principal.workspace_id, store.id, req.speaker
     ):
@@ -77,9 +124,9 @@ async def _search(
 
     # The cache: one entry per (store, model, options, reader); valid while the store is
     # unchanged.
-    reader = hashlib.sha256(principal.visibility.encode()).digest()
+    visibility = hashlib.sha256(principal.visibility.encode()).digest()
     cache_key = usage.CacheKey(
-        principal.workspace_id, store.id, model.name, options_key(req), reader
+        principal.workspace_id, store.id, model.name, options_key(req), visibility
     )
     entry = None
     query_tokens = 0
@@ -91,13 +138,13 @@ async def _search(
         if entry is not None and entry.query == req.query:
             units = 0.1 * (query_tokens + entry.result_tokens)
             request.app[METER].add(principal.workspace_id, "search", units)
-            request.app[TOUCHER].add(principal.workspace_id, entry.memory_ids)
+            _used(request, principal.workspace_id, store.id, entry.memory_ids)
             return web.Response(
                 body=entry.response, content_type="application/json",
                 headers={"X-Cache": "hit", "X-Usage-Units": f"{units:.4f}"},
             )  # fmt: skip
 
-    body, delivered = await answer(request, model, req, store, stats, principal, early)
+    body, delivered = await answer(request, model, req, store, stats, reader, early, snap)
     if req.cache is None:  # counted with the encoding, off the event loop, if it was encoded
         counted = slot.queries.tokens(req.query)
         query_tokens = embedder.count_tokens(req.query) if counted is None else counted
@@ -123,11 +170,18 @@ async def _search(
         )  # fmt: skip
     request.app[METER].add(principal.workspace_id, "search", units)
     # Both are written off the response path; the toucher's wake also flushes the meter.
-    request.app[TOUCHER].add(principal.workspace_id, returned)
+    _used(request, principal.workspace_id, store.id, returned)
     return web.Response(
         body=encoded, content_type="application/json",
         headers={"X-Cache": cache_header, "X-Usage-Units": f"{units:.4f}"},
     )  # fmt: skip
+
+
+def _used(request: web.Request, workspace_id: str, store_id: str, ids: list[str]) -> None:
+    """``last_used_at = now()`` for what a search returned: written off the response path
+    (the toucher), and at once in this instance's snapshot of the store."""
+    request.app[TOUCHER].add(workspace_id, ids)
+    request.app[SNAPSHOTS].touch(workspace_id, store_id, ids, datetime.now(UTC))
 
 
 async def answer(
@@ -136,11 +190,14 @@ async def answer(
     req: SearchRequest,
     store: q.Store,
     stats: sq.Profile,
-    principal: Any,
+    reader: snapshots.Reader,
     early: asyncio.Future[Vector] | None = None,
+    snap: snapshots.Snapshot | None = None,
 ) -> tuple[dict[str, Any], list[Candidate]]:
     """Retrieve and render; returns the body and the memories it delivers. ``early``:
-    the query's vector, already being computed."""
+    the query's vector, already being computed; ``snap``: the store's snapshot, exact for
+    its version."""
+    principal = reader.principal
     # Exact scans run on connections that plan once (service.db.PLANNED_ONCE_SETTINGS).
     pool = request.app[PLANNED_ONCE_POOL if sq.planned_once(stats) else POOL]
     slot = request.app[EMBEDDER]
@@ -173,18 +230,30 @@ async def answer(
             its full-text arm's, when already asked for)."""
             if stats.size(subset) == 0:
                 return []  # nothing of that kind in the store: no need to ask
-            found = await sq.candidates(
-                conn, principal, store.id, stats, vector, req.query, filters,
-                per_arm=depth, subset=subset, speaker=speaker, self_only=self_only,
-                images=images, use_fts=model.fuse_text, ranks=ranks,
-            )  # fmt: skip
+            found, path = None, "sql"
+            if snap is not None:
+                path = "snapshot" if snapshots.in_memory(reader, filters) else "checked"
+                found = await snapshots.candidates(
+                    conn, snap, reader, store.id, stats, vector, filters, per_arm=depth,
+                    subset=subset, speaker=speaker, self_only=self_only, images=images,
+                    use_fts=model.fuse_text,
+                )  # fmt: skip
+            if found is None:
+                path = "sql"
+                found = await sq.candidates(
+                    conn, principal, store.id, stats, vector, req.query, filters,
+                    per_arm=depth, subset=subset, speaker=speaker, self_only=self_only,
+                    images=images, use_fts=model.fuse_text, ranks=ranks,
+                )  # fmt: skip
+            request.app[METRICS].retrievals.labels(path).inc()
             return ranking.scored(
                 found, fuse_text=model.fuse_text, use_features=model.features, now=now
             )
 
-        # The full-text arm needs no vector: it runs while the model encodes the query.
+        # The full-text arm needs no vector: it runs while the model encodes the query
+        # (a snapshot's needs no SQL).
         ranks = None
-        if not wants_self and model.fuse_text and stats.size("all") > 0:
+        if snap is None and not wants_self and model.fuse_text and stats.size("all") > 0:
             started = time.perf_counter()
             retrieval, values = sq.plan(
                 principal, store.id, stats, None, req.query, req.filters, per_arm=depth,
