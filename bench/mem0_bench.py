@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import os
 import random
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -147,6 +148,7 @@ async def run(stores: list[str], rounds: int, seed: int) -> dict[str, Any]:
 
                 print(f"asking {len(queries)} questions x {rounds} of both…", flush=True)
                 searches: dict[str, list[float]] = {"mneme": [], "mem0": []}
+                timings: list[dict[str, float]] = []
                 ranked: dict[str, dict[str, list[str]]] = {"mneme": {}, "mem0": {}}
                 for q in queries[:20]:  # warm-up, both sides alike
                     await ask(session, base, q, ids, model="Tablet 2", max_results=10)
@@ -156,7 +158,8 @@ async def run(stores: list[str], rounds: int, seed: int) -> dict[str, Any]:
                         for side in rng.sample(["mneme", "mem0"], 2):
                             if side == "mneme":
                                 found = await timed(searches["mneme"], ask(
-                                    session, base, q, ids, model="Tablet 2", max_results=10
+                                    session, base, q, ids, model="Tablet 2", max_results=10,
+                                    timings=timings,
                                 ))  # fmt: skip
                             else:
                                 found = await timed_sync(
@@ -175,6 +178,11 @@ async def run(stores: list[str], rounds: int, seed: int) -> dict[str, Any]:
                 / len(queries), 4,
             ),
         }  # fmt: skip
+    results["mneme"]["search_in_service"] = summary_ms([t["app"] / 1000 for t in timings])
+    results["mneme"]["search_phases_p50_ms"] = {
+        name: round(statistics.median(t.get(name, 0.0) for t in timings), 3)
+        for name in dict.fromkeys(n for t in timings for n in t if n != "app")
+    }
     m, z = results["mneme"], results["mem0"]
     results["ratios"] = {
         "search_p50": round(m["search"]["p50_ms"] / z["search"]["p50_ms"], 3),
@@ -218,6 +226,11 @@ def render(r: dict[str, Any]) -> str:
         "Mneme acknowledges once the write is committed and embeds it afterwards (the "
         "worker); mem0 embeds before it returns.",
         f"Recall@10 (categories 1-4): Mneme **{m['recall_at_10']}**, mem0 **{z['recall_at_10']}**.",
+        f"Of Mneme's search, inside the service (`Server-Timing`): p50 "
+        f"{m['search_in_service']['p50_ms']} ms, p95 {m['search_in_service']['p95_ms']} ms; "
+        "the rest is HTTP and the client. Its phases, p50 ms each: "
+        + ", ".join(f"{k} {v}" for k, v in m["search_phases_p50_ms"].items())
+        + ".",
         "",
         "Command: `.venv/bin/python -m bench.mem0_bench` (or `python -m bench`).",
         "",

@@ -120,8 +120,10 @@ class SentenceTransformerEmbedder:
             if self._onnx is not None:
                 self.backend = "onnx-int8" if int8 else "onnx"
                 if query_int8:
+                    # One thread: a query's other thread would share a core with the
+                    # PostgreSQL backend and the event loop serving the same search.
                     self._queries = onnx.load(
-                        self._model, path, Path(onnx_dir), threads, int8=True,
+                        self._model, path, Path(onnx_dir), 1, int8=True,
                         tokenizer=copy.deepcopy(self._model.tokenizer),
                     )  # fmt: skip
         if backend in ("onnx", "onnx-int8") and self._onnx is None:

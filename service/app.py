@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 from collections.abc import AsyncIterator, Callable
 
@@ -130,6 +131,10 @@ def create_app(
         async def load() -> None:
             try:
                 slot.set(await asyncio.to_thread(load_embedder, settings))
+                # What start-up made (torch, ONNX Runtime, the tokenizer: about a million
+                # objects) lives as long as the process: out of the collector's sight, a
+                # full collection no longer walks it in the middle of a request.
+                gc.freeze()
                 log.info(
                     "embedding model ready",
                     extra={

@@ -227,5 +227,27 @@ async def connect(settings: Settings, *, pool_max: int = 2) -> AsyncIterator[asy
         await pool.close()
 
 
+class LazyConnection:
+    """A pool's connection, taken when first asked for and given back on exit: a search
+    answered from memory (service.snapshots) takes none."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+        self._conn: asyncpg.Connection | None = None
+
+    async def get(self) -> asyncpg.Connection:
+        if self._conn is None:
+            self._conn = await self.pool.acquire()
+        return self._conn
+
+    async def __aenter__(self) -> LazyConnection:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            await self.pool.release(conn)
+
+
 def record_to_dict(record: asyncpg.Record) -> dict[str, Any]:
     return dict(record.items())

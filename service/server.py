@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 from typing import Any
 
 from aiohttp import web
@@ -110,8 +111,17 @@ def runner_for(app: web.Application, settings: Settings, **kwargs: Any) -> Runne
     )
 
 
+# How long a thread may hold the GIL while another waits for it (CPython's default: 5 ms).
+# A search's query is encoded in a thread that needs the GIL a few times per query (the
+# tokenizer, the model's inputs, pooling); each time the event loop is busy it waited up
+# to the whole interval: with the loop kept busy, a query took 14 ms to encode instead of
+# 3 at 5 ms, and 3.7 ms at 0.2 ms (a thread encoding while the main thread spins).
+SWITCH_INTERVAL_S = 0.0002
+
+
 def serve(app: web.Application, settings: Settings) -> None:
     """Run until SIGTERM or SIGINT, then shut down gracefully (as ``web.run_app``)."""
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
 
     async def main() -> None:
         runner = runner_for(app, settings, handle_signals=True)

@@ -14,7 +14,7 @@ import msgspec
 from aiohttp import web
 
 from embeddings.batcher import Vector
-from service import ranking, snapshots
+from service import db, ranking, snapshots
 from service.errors import ApiError, not_found
 from service.faces.search.billing import TTL_S, WRITE_RATE, options_key, result_tokens_of
 from service.faces.search.models import MemoryModel, pick_model
@@ -213,7 +213,7 @@ async def answer(
     main_self_only = False if self_mode else None
     main_images = False if model.images else None
 
-    async with pool.acquire() as conn:
+    async with db.LazyConnection(pool) as lazy:
 
         async def retrieve(
             *,
@@ -234,14 +234,14 @@ async def answer(
             if snap is not None:
                 path = "snapshot" if snapshots.in_memory(reader, filters) else "checked"
                 found = await snapshots.candidates(
-                    conn, snap, reader, store.id, stats, vector, filters, per_arm=depth,
+                    lazy.get, snap, reader, store.id, stats, vector, filters, per_arm=depth,
                     subset=subset, speaker=speaker, self_only=self_only, images=images,
                     use_fts=model.fuse_text,
                 )  # fmt: skip
             if found is None:
                 path = "sql"
                 found = await sq.candidates(
-                    conn, principal, store.id, stats, vector, req.query, filters,
+                    await lazy.get(), principal, store.id, stats, vector, req.query, filters,
                     per_arm=depth, subset=subset, speaker=speaker, self_only=self_only,
                     images=images, use_fts=model.fuse_text, ranks=ranks,
                 )  # fmt: skip
@@ -260,7 +260,7 @@ async def answer(
                 subset="all", speaker=req.speaker, self_only=main_self_only,
                 images=main_images,
             )  # fmt: skip
-            ranks = await sq.text_ranks(conn, retrieval, values)
+            ranks = await sq.text_ranks(await lazy.get(), retrieval, values)
             phase(request, "text", time.perf_counter() - started)
         started = time.perf_counter()  # "embed": the wait for the vector
         query_vector = await (early if early is not None else slot.queries.encode(req.query))
