@@ -20,9 +20,10 @@ What a version does not cover is ``last_used_at`` (searches stamp it without cha
 store): a snapshot takes this instance's own stamps as it makes them, and is read again
 when older than ``max_age_s``, so ranking's recency lags other instances' stamps by at
 most that. A search of a changed store is answered by the SQL arms while a new snapshot is
-read off the response path (one read per store at a time, at most one per ``reload_s``, so
-a store written to all the time costs one read a second, not one per search). Snapshots
-are dropped least recently used first beyond ``max_bytes``.
+read off the response path (one read per store at a time, at most one per ``reload_s`` and
+per ten times the last read's duration, so a store written to all the time costs a
+bounded share of a core, not a read per search). Snapshots are dropped least recently
+used first beyond ``max_bytes``.
 """
 
 from __future__ import annotations
@@ -318,7 +319,7 @@ class Snapshots:
         self._held: OrderedDict[tuple[str, str], Snapshot] = OrderedDict()
         self._bytes = 0
         self._reading: dict[tuple[str, str], asyncio.Task[None]] = {}
-        self._last_read: dict[tuple[str, str], float] = {}
+        self._next_read: dict[tuple[str, str], float] = {}  # not before, by store
         # What a store reference (an id or a name, as a search names it) resolved to last.
         self._refs: OrderedDict[tuple[str, str], str] = OrderedDict()
         self.reads = 0
@@ -352,22 +353,25 @@ class Snapshots:
 
     def _want(self, key: tuple[str, str]) -> None:
         """Read the store's snapshot again in the background, unless one is being read or
-        was read less than ``reload_s`` ago."""
+        the last read is too recent: ``reload_s`` ago, or ten times as long as that read
+        took (a store written to all the time costs at most a tenth of a core in reads)."""
         if self.max_bytes <= 0:
             return
         now = time.monotonic()
-        if key in self._reading or now - self._last_read.get(key, -math.inf) < self.reload_s:
+        if key in self._reading or now < self._next_read.get(key, -math.inf):
             return
-        if len(self._last_read) > 10_000:  # forget stores not read for a while
-            self._last_read = {k: t for k, t in self._last_read.items() if now - t < self.reload_s}
-        self._last_read[key] = now
+        if len(self._next_read) > 10_000:  # forget stores that may be read again anyway
+            self._next_read = {k: t for k, t in self._next_read.items() if t > now}
+        self._next_read[key] = now + self.reload_s
         self._reading[key] = asyncio.create_task(self._read(key), name="mneme-snapshot-read")
 
     async def _read(self, key: tuple[str, str]) -> None:
+        started = time.monotonic()
         try:
             async with self.pool.acquire() as conn:
                 columns = await sql.load(conn, *key)
-            self._put(key, Snapshot(columns))
+            # Built in a thread: for a store of 20,000 memories that is tens of ms of Python.
+            self._put(key, await asyncio.to_thread(Snapshot, columns))
             self.reads += 1
         except asyncio.CancelledError:
             raise
@@ -375,6 +379,8 @@ class Snapshots:
             log.warning("could not read a search snapshot", extra={"error": type(exc).__name__})
         finally:
             self._reading.pop(key, None)
+            took = time.monotonic() - started
+            self._next_read[key] = max(self._next_read.get(key, 0.0), started + 10 * took)
 
     def _put(self, key: tuple[str, str], snap: Snapshot) -> None:
         old = self._held.pop(key, None)
