@@ -74,7 +74,7 @@ class Snapshot:
     def __init__(self, columns: Columns) -> None:
         c = columns
         self.version = c.version
-        self.read_at = time.monotonic()
+        self.read_at = self.used_at = time.monotonic()
         self.rows = c.rows
         self.ids: list[str] = [r["id"] for r in c.rows]
         self.row_of = {memory_id: i for i, memory_id in enumerate(self.ids)}
@@ -344,6 +344,7 @@ class Snapshots:
             self._want(key)
             return None
         self._held.move_to_end(key)
+        found.used_at = time.monotonic()
         return found
 
     def touch(self, workspace_id: str, store_id: str, ids: Iterable[str], at: datetime) -> None:
@@ -360,10 +361,20 @@ class Snapshots:
         now = time.monotonic()
         if key in self._reading or now < self._next_read.get(key, -math.inf):
             return
+        if self._full(now):
+            return  # no room but what recent searches use: reading would only thrash
         if len(self._next_read) > 10_000:  # forget stores that may be read again anyway
             self._next_read = {k: t for k, t in self._next_read.items() if t > now}
         self._next_read[key] = now + self.reload_s
         self._reading[key] = asyncio.create_task(self._read(key), name="mneme-snapshot-read")
+
+    def _full(self, now: float) -> bool:
+        """Whether the held snapshots fill the memory allowed and even the least recently
+        used was used in the last ``max_age_s`` (more small stores searched than fit)."""
+        if self._bytes < 0.9 * self.max_bytes or not self._held:
+            return False
+        oldest = next(iter(self._held.values()))
+        return now - oldest.used_at < self.max_age_s
 
     async def _read(self, key: tuple[str, str]) -> None:
         started = time.monotonic()
