@@ -104,9 +104,6 @@ class Snapshot:
             + sum(len(r["text"]) + 400 for r in c.rows)  # a row's record and its parts
         )  # fmt: skip
 
-    def __len__(self) -> int:
-        return len(self.ids)
-
     def age(self) -> float:
         return time.monotonic() - self.read_at
 
@@ -322,7 +319,6 @@ class Snapshots:
         self._next_read: dict[tuple[str, str], float] = {}  # not before, by store
         # What a store reference (an id or a name, as a search names it) resolved to last.
         self._refs: OrderedDict[tuple[str, str], str] = OrderedDict()
-        self.reads = 0
 
     def guess(self, workspace_id: str, ref: str) -> Snapshot | None:
         """The snapshot of the store ``ref`` named last time, if one is held (the store
@@ -383,7 +379,6 @@ class Snapshots:
                 columns = await sql.load(conn, *key)
             # Built in a thread: for a store of 20,000 memories that is tens of ms of Python.
             self._put(key, await asyncio.to_thread(Snapshot, columns))
-            self.reads += 1
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the SQL arms answer meanwhile; a later search retries
