@@ -60,7 +60,7 @@ async def write_many(
         return await _one_by_one(conn, ctx, items, labels)
     await _check_speakers(conn, ctx, checked)
     valid = [c for c in checked if c.error is None]
-    await q.lock_identities(conn, [k for c in valid if (k := _key(ctx, c)) is not None])
+    await q.lock_identities(conn, [i for c in valid if (i := _identity(ctx, c)) is not None])
     synced = [c for c in valid if "provider_ref" in c.columns]
     held = await bulk.holders(conn, ctx.principal, [
         bulk.Identity(c.index, _store(c).id, c.provider, c.columns["provider_ref"])
@@ -162,11 +162,11 @@ async def _check_speakers(conn: asyncpg.Connection, ctx: WriteContext, checked: 
         if c.error is None and isinstance(speaker, str) and speaker != "me":
             store = _store(c)
             if (store.id, speaker) not in ctx.speakers:
-                c.error = writes.unregistered_speaker(store, speaker)
+                c.error = writes.unregistered_speaker(store.id, store.name, speaker)
 
 
-def _key(ctx: WriteContext, c: Item) -> int | None:
-    return writes.identity_key(
+def _identity(ctx: WriteContext, c: Item) -> q.Identity | None:
+    return writes.identity_of(
         ctx, _store(c).id, c.provider, c.columns.get("provider_ref"), None,
         c.columns.get("content_sha256"),
     )  # fmt: skip

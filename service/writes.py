@@ -11,7 +11,6 @@ store's version (the search cache) and wake the embedding workers — triggers o
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -132,7 +131,7 @@ async def store_of(conn: asyncpg.Connection, ctx: WriteContext, ref: str) -> Sto
     if store is None:
         store = await q.resolve_store(conn, ctx.workspace_id, ref, for_write=True)
         if store is None:
-            raise not_found(f"Store {ref!r} not found")
+            raise store_not_found(ref)
         ctx.stores[key] = store
     return store
 
@@ -159,14 +158,18 @@ async def check_speaker(
     if await q.speaker_exists(conn, ctx.workspace_id, store.id, speaker):
         ctx.speakers.add((store.id, speaker))
     else:
-        raise unregistered_speaker(store, speaker)
+        raise unregistered_speaker(store.id, store.name, speaker)
 
 
-def unregistered_speaker(store: Store, speaker: str) -> ApiError:
+def unregistered_speaker(store_id: str, store_name: str, speaker: str) -> ApiError:
     return not_found(
-        f"Speaker {speaker!r} is not registered in store {store.name!r}; "
-        f"register it with POST /api/v1/stores/{store.id}/speakers"
+        f"Speaker {speaker!r} is not registered in store {store_name!r}; "
+        f"register it with POST /api/v1/stores/{store_id}/speakers"
     )
+
+
+def store_not_found(ref: str) -> ApiError:
+    return not_found(f"Store {ref!r} not found")
 
 
 def text_required() -> ApiError:
@@ -282,27 +285,23 @@ def version_operation(before: Memory | None, after: Memory) -> str | None:
 # --- create -------------------------------------------------------------------------------
 
 
-def identity_key(
+def identity_of(
     ctx: WriteContext,
     store_id: str,
     provider: str,
     provider_ref: str | None,
     path: str | None,
     content_sha256: str | None,
-) -> int | None:
-    """What a write's outcome hangs on besides its own row, as an advisory-lock key:
-    its sync identity, or (no path, no providerRef) its text, for the duplicate rule. Two
-    writes with one key are serialised until commit. A path write has none: the unique
-    index on paths decides between two of them. Hashed here, so no client string (NUL or
-    not) reaches the lock statement."""
+) -> q.Identity | None:
+    """What a write's outcome hangs on besides its own row, locked by
+    ``q.lock_identities``: its sync identity, or (no path, no providerRef) its text, for
+    the duplicate rule. Two writes of one identity are serialised until commit. A path
+    write has none: the unique index on paths decides between two of them."""
     if provider_ref is not None:
-        parts = (ctx.workspace_id, store_id, provider, provider_ref)
-    elif path is not None or content_sha256 is None:
+        return (ctx.workspace_id, store_id, provider, provider_ref)
+    if path is not None or content_sha256 is None:
         return None
-    else:
-        parts = (ctx.workspace_id, store_id, "", content_sha256)  # "": no provider is blank
-    digest = hashlib.sha256("\x1f".join(parts).encode("utf-8", "surrogatepass")).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)
+    return (ctx.workspace_id, store_id, "", content_sha256)  # "": no provider is blank
 
 
 async def lock_batch(conn: asyncpg.Connection, ctx: WriteContext, items: list[MemoryIn]) -> None:
@@ -310,22 +309,22 @@ async def lock_batch(conn: asyncpg.Connection, ctx: WriteContext, items: list[Me
     before writing any: two batches sharing texts or references in different orders
     would otherwise each hold a lock the other waits for (a deadlock). An item whose key
     cannot be worked out (bad text, unknown store) takes none: it fails in its turn."""
-    keys = []
+    identities = []
     for item in items:
         store_ref = item.store if item.store is not UNSET else "default"
-        if string_problem(store_ref) is not None:
-            continue  # the store is looked up by name in SQL: it fails in its turn
+        provider = item.provider if isinstance(item.provider, str) else "mneme"
+        ref = item.provider_ref if isinstance(item.provider_ref, str) else None
+        if any(string_problem(s) is not None for s in (store_ref, provider, ref or "")):
+            continue  # they are looked up or locked in SQL: the item fails in its turn
         try:
             store = await store_of(conn, ctx, store_ref)
             sha = v.sha256_hex(v.check_text(item.text)) if isinstance(item.text, str) else None
         except ApiError:
             continue
-        provider = item.provider if isinstance(item.provider, str) else "mneme"
-        ref = item.provider_ref if isinstance(item.provider_ref, str) else None
         path = item.path if isinstance(item.path, str) else None
-        if (key := identity_key(ctx, store.id, provider, ref, path, sha)) is not None:
-            keys.append(key)
-    await q.lock_identities(conn, keys)
+        if (identity := identity_of(ctx, store.id, provider, ref, path, sha)) is not None:
+            identities.append(identity)
+    await q.lock_identities(conn, identities)
 
 
 async def write(
@@ -355,10 +354,10 @@ async def _write(conn: asyncpg.Connection, ctx: WriteContext, item: MemoryIn) ->
             raise not_found(f"Memory {item.supersedes!r} (supersedes) not found")
 
     provider = columns.get("provider", "mneme")
-    key = identity_key(ctx, store.id, provider, columns.get("provider_ref"),
-                       columns.get("path"), columns.get("content_sha256"))  # fmt: skip
-    if key is not None:
-        await q.lock_identities(conn, [key])
+    identity = identity_of(ctx, store.id, provider, columns.get("provider_ref"),
+                           columns.get("path"), columns.get("content_sha256"))  # fmt: skip
+    if identity is not None:
+        await q.lock_identities(conn, [identity])
     result: Written
     if "provider_ref" in columns:
         held = await q.by_provider_ref(

@@ -9,7 +9,7 @@ import asyncpg
 import msgspec
 from aiohttp import web
 
-from service import writes
+from service import single, writes
 from service.bulk import write_many
 from service.errors import bad_request, conflict, forbidden, not_found
 from service.inputs import body_of, read_body
@@ -33,34 +33,52 @@ async def create_memories(request: web.Request) -> web.Response:
     key = request.headers.get("Idempotency-Key")
     if key is not None and not (1 <= len(key) <= 255 and key.isascii() and key.isprintable()):
         raise bad_request("Idempotency-Key must be 1 to 255 printable ASCII characters")
-    # A replay must be the same request: same method, path and bytes of body.
-    fingerprint = hashlib.sha256(f"{request.method} {request.path}\n".encode() + raw).digest()
-
-    async with request.app[POOL].acquire() as conn, conn.transaction():
-        if key is not None:
-            stored = await idempotency.lock_and_get(conn, principal, key)
-            if stored is not None:
-                if stored.request_sha256 != fingerprint:
-                    raise conflict(
-                        "This Idempotency-Key was already used with a different request body"
-                    )
-                return web.Response(
-                    body=stored.response,
-                    status=stored.status,
-                    content_type="application/json",
-                    headers={"Idempotent-Replayed": "true"},
-                )
-        items, batch = writes.decode_items(raw)
-        labels = [f"memories[{i}]" if batch else "" for i in range(len(items))]
-        results = await write_many(conn, writes.WriteContext(principal), items, labels)
-        if batch:
-            status, body = 200, {"memories": [written_object(w) for w in results]}
+    ctx = writes.WriteContext(principal)
+    async with request.app[POOL].acquire() as conn:
+        if key is None:
+            items, batch = writes.decode_items(raw)
+            one = None if batch else await single.create(conn, ctx, items[0])
+            if one is not None:
+                results = [one]
+            else:
+                async with conn.transaction():
+                    results = await write_many(conn, ctx, items, _labels(items, batch))
+            status, encoded = _rendered(results, batch)
         else:
-            status, body = (201 if results[0].created else 200), written_object(results[0])
-        encoded = _encoder.encode(body)
-        if key is not None:
-            await idempotency.save(conn, principal, key, fingerprint, status, encoded)
+            # A replay must be the same request: same method, path and bytes of body. The
+            # answer is stored with the memories, in one transaction.
+            fingerprint = hashlib.sha256(
+                f"{request.method} {request.path}\n".encode() + raw
+            ).digest()
+            async with conn.transaction():
+                stored = await idempotency.lock_and_get(conn, principal, key)
+                if stored is not None:
+                    if stored.request_sha256 != fingerprint:
+                        raise conflict(
+                            "This Idempotency-Key was already used with a different request body"
+                        )
+                    return web.Response(
+                        body=stored.response,
+                        status=stored.status,
+                        content_type="application/json",
+                        headers={"Idempotent-Replayed": "true"},
+                    )
+                items, batch = writes.decode_items(raw)
+                results = await write_many(conn, ctx, items, _labels(items, batch))
+                status, encoded = _rendered(results, batch)
+                await idempotency.save(conn, principal, key, fingerprint, status, encoded)
     return web.Response(body=encoded, status=status, content_type="application/json")
+
+
+def _labels(items: list[writes.MemoryIn], batch: bool) -> list[str]:
+    """What prefixes each item's error message: its place in a batch."""
+    return [f"memories[{i}]" if batch else "" for i in range(len(items))]
+
+
+def _rendered(results: list[writes.Written], batch: bool) -> tuple[int, bytes]:
+    if batch:
+        return 200, _encoder.encode({"memories": [written_object(w) for w in results]})
+    return (201 if results[0].created else 200), _encoder.encode(written_object(results[0]))
 
 
 async def get_memory(request: web.Request) -> web.Response:

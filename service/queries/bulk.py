@@ -17,21 +17,12 @@ import asyncpg
 
 from service.ids import new_id
 from service.queries.keys import Principal
-from service.queries.memories import MEMORY_COLUMNS, WRITABLE, Memory
+from service.queries.memories import COLUMN_TYPES, MEMORY_COLUMNS, WRITABLE, Memory
 from service.queries.named import NamedSQL
 
 # Each writable column's type in an ``unnest`` array. entity_refs (text[]) and metadata
 # (jsonb) travel as JSON text: an array of arrays would be read as one 2-D array.
-ARRAY_TYPES = {
-    "text": "text", "kind": "text", "media": "bytea", "media_type": "text", "scope": "text",
-    "tier": "text", "fact_type": "text", "status": "text", "provider": "text",
-    "provider_ref": "text", "entity_refs": "text", "proof_count": "int4", "category": "text",
-    "importance": "float8", "speaker": "text", "event_date": "timestamptz", "path": "text",
-    "metadata": "text", "content_sha256": "text", "content_size_bytes": "int4",
-    "expires_at": "timestamptz", "transitory": "bool", "first_seen_at": "timestamptz",
-    "last_used_at": "timestamptz",
-}  # fmt: skip
-assert set(ARRAY_TYPES) == set(WRITABLE)
+ARRAY_TYPES = {**COLUMN_TYPES, "entity_refs": "text", "metadata": "text"}
 
 # How an unnested value becomes the column's.
 _VALUE = {

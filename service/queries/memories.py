@@ -115,6 +115,17 @@ WRITABLE = (
     "first_seen_at",
     "last_used_at",
 )
+# Each writable column's type, for a parameter that sets it.
+COLUMN_TYPES = {
+    "text": "text", "kind": "text", "media": "bytea", "media_type": "text", "scope": "text",
+    "tier": "text", "fact_type": "text", "status": "text", "provider": "text",
+    "provider_ref": "text", "entity_refs": "text[]", "proof_count": "int4", "category": "text",
+    "importance": "float8", "speaker": "text", "event_date": "timestamptz", "path": "text",
+    "metadata": "jsonb", "content_sha256": "text", "content_size_bytes": "int4",
+    "expires_at": "timestamptz", "transitory": "bool", "first_seen_at": "timestamptz",
+    "last_used_at": "timestamptz",
+}  # fmt: skip
+assert set(COLUMN_TYPES) == set(WRITABLE)
 # Changing these changes what is embedded.
 EMBEDDED = frozenset({"text", "speaker"})
 
@@ -133,12 +144,19 @@ coalesce((SELECT v.version FROM store_versions v
 created_at, updated_at
 """
 
-SELECT_STORE = f"""
-SELECT {STORE_COLUMNS} FROM stores
-WHERE workspace_id = $1 AND (id = $2 OR lower(name) = lower($2))
-ORDER BY id = $2 DESC
+
+def store_named(workspace: str, ref: str) -> str:
+    """The clauses, after ``FROM stores``, that find the store ``ref`` names: its
+    ``memstore_…`` id (exact) or its name (case-insensitive), for the placeholders given."""
+    return f"""
+WHERE stores.workspace_id = {workspace}
+  AND (stores.id = {ref} OR lower(stores.name) = lower({ref}))
+ORDER BY stores.id = {ref} DESC
 LIMIT 1
 """
+
+
+SELECT_STORE = f"SELECT {STORE_COLUMNS} FROM stores {store_named('$1', '$2')}"
 
 
 # For a write: the store's row stays until the writer commits (a delete of the store waits
@@ -304,19 +322,26 @@ async def find_duplicate(
     return None if row is None else _memory(row)
 
 
-# In one order (by lock id) whatever order the keys come in: two transactions locking
-# overlapping sets cannot each hold one the other waits for.
+# An identity a write decides (service.writes.identity_of): workspace, store, provider or
+# '', providerRef or text sha256.
+Identity = tuple[str, str, str, str]
+
+# In one order (by lock id) whatever order the identities come in: two transactions
+# locking overlapping sets cannot each hold one the other waits for. The key is
+# mneme_identity_key (0011), the one a write made in one statement locks too.
 LOCK_IDENTITIES = """
 SELECT count(pg_advisory_xact_lock(k)) FROM (
-    SELECT DISTINCT k FROM unnest($1::bigint[]) AS k ORDER BY k
+    SELECT DISTINCT mneme_identity_key(ws, store, provider, ref) AS k
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS v(ws, store, provider, ref)
+    ORDER BY k
 ) ordered
 """
 
 
-async def lock_identities(conn: asyncpg.Connection, keys: list[int]) -> None:
+async def lock_identities(conn: asyncpg.Connection, identities: list[Identity]) -> None:
     """Serialise writes that would decide the same identity (dedupe, upsert) until commit."""
-    if keys:
-        await conn.execute(LOCK_IDENTITIES, keys)
+    if identities:
+        await conn.execute(LOCK_IDENTITIES, *(list(part) for part in zip(*identities, strict=True)))
 
 
 # --- writing ------------------------------------------------------------------------------

@@ -1,0 +1,87 @@
+"""One new memory, written in as few round trips as the write rules allow.
+
+The general path (``service.bulk.write_many``) takes seven round trips for one memory:
+BEGIN, the store, its speakers, the identity lock, the holder or duplicate, the insert,
+COMMIT. A single write without an Idempotency-Key, a path or ``supersedes`` — what an
+agent sends on every turn — keeps every rule in fewer:
+
+- **with a providerRef**, one statement and its own transaction: the store (key-share
+  locked), the speaker, the identity lock, and the insert, which the sync identity's
+  unique index lets through only if nobody holds the identity. When somebody does (an
+  upsert, or a memory the caller cannot read), nothing is written and the general path
+  decides, as it always did.
+- **without**, a transaction of two statements: the store, the speaker and the lock on
+  the text, then one more proof for a duplicate or the insert. The duplicate rule must
+  look after the lock is held, and a statement sees only what was committed before it
+  began, so the lock cannot share the second statement.
+
+A refusal is the general path's, word for word. Whatever this path does not cover (a
+scope the key cannot write into, no text) is left to the general path untouched.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+from msgspec import UNSET
+
+from service import writes
+from service.errors import ApiError
+from service.inputs import string_problem
+from service.queries import single as q
+from service.writes import MemoryIn, WriteContext, Written
+
+
+async def create(conn: asyncpg.Connection, ctx: WriteContext, item: MemoryIn) -> Written | None:
+    """Write ``item`` (a connection outside any transaction), or ``None``: nothing was
+    written, and the general path is to write it."""
+    columns = writes.columns_of_new(item)
+    store = item.store if item.store is not UNSET else "default"
+    if (
+        "text" not in columns
+        or "path" in columns
+        or item.supersedes not in (UNSET, None)
+        or any(string_problem(s) is not None for s in _looked_up(store, columns))
+        or not _may_write(ctx, columns.get("scope", "workspace"))
+    ):
+        return None
+    writes.creation_defaults(ctx, columns)
+    actor = ctx.principal.key_id
+    speaker = columns.get("speaker")
+    if "provider_ref" in columns:
+        outcome = await q.create_synced(conn, ctx.workspace_id, actor, store, columns)
+        if outcome.store_id is None or outcome.store_name is None:
+            raise writes.store_not_found(store)
+        if not outcome.speaker_known:
+            assert speaker is not None
+            raise writes.unregistered_speaker(outcome.store_id, outcome.store_name, speaker)
+        if outcome.memory is None:
+            return None  # the identity is held: an upsert, or a refusal
+        return Written(outcome.memory, created=True)
+    async with conn.transaction():
+        found = await q.store_and_lock(
+            conn, ctx.workspace_id, store, speaker, columns["content_sha256"]
+        )
+        if found is None:
+            raise writes.store_not_found(store)
+        store_id, store_name, speaker_known = found
+        if not speaker_known:
+            assert speaker is not None
+            raise writes.unregistered_speaker(store_id, store_name, speaker)
+        memory, created = await q.create_plain(conn, ctx.workspace_id, actor, store_id, columns)
+    return Written(memory, created=created, deduplicated=not created)
+
+
+def _looked_up(store: str, columns: dict[str, Any]) -> list[str]:
+    """The strings the statements compare in SQL (one that cannot be text is refused by
+    the general path)."""
+    return [store, *(columns.get(c) or "" for c in ("speaker", "provider", "provider_ref"))]
+
+
+def _may_write(ctx: WriteContext, scope: str) -> bool:
+    try:
+        writes.check_writable_scope(ctx.principal, scope)
+    except ApiError:
+        return False
+    return True
