@@ -36,6 +36,11 @@ class Embedder(Protocol):
 
     def encode_queries(self, texts: Sequence[str]) -> Vectors: ...
 
+    def encode_queries_counted(self, texts: Sequence[str]) -> tuple[Vectors, list[int]]:
+        """``encode_queries`` and ``count_tokens_many`` at once: what a search needs of
+        its query, in as few tokenizer passes as the model allows."""
+        ...
+
     def encode_documents(self, texts: Sequence[str]) -> Vectors: ...
 
     def chunk_many(self, texts: Sequence[str]) -> list[list[Chunk]]:

@@ -77,7 +77,7 @@ class QueryEncoder:
         return None if cached is None else cached[1]
 
     def _encode_and_count(self, batch: list[str]) -> tuple[Vector, list[int]]:
-        return self.embedder.encode_queries(batch), self.embedder.count_tokens_many(batch)
+        return self.embedder.encode_queries_counted(batch)
 
     def _remember(self, text: str, vector: Vector, count: int) -> None:
         if self.cache_size <= 0:

@@ -164,6 +164,21 @@ class SentenceTransformerEmbedder:
                 out[i] = self._queries.encode([text])[0]
         return out
 
+    def encode_queries_counted(self, texts: Sequence[str]) -> tuple[Vectors, list[int]]:
+        if self._queries is None:
+            return self.encode_queries(texts), self.count_tokens_many(texts)
+        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        counts = []
+        for i, text in enumerate(texts):
+            with self._query_lock:
+                counted = self._queries.encode_counted(text)
+            if counted is None:
+                out[i], count = self.encode_queries([text])[0], self.count_tokens(text)
+            else:
+                out[i], count = counted[0][0], counted[1]
+            counts.append(count)
+        return out, counts
+
     def encode_documents(self, texts: Sequence[str]) -> Vectors:
         return self._encode(texts)
 

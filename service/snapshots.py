@@ -53,6 +53,8 @@ log = logging.getLogger("mneme.snapshots")
 # BM25, as the full-text arm computes it (service.queries.search._TEXT).
 K1, B = 1.2, 0.75
 UNFILTERED = SearchFilters()
+# Masks of allowed rows a snapshot keeps (readers, speakers and subsets it was asked for).
+ALLOWED_KEPT = 64
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,9 @@ class Snapshot:
         self.images = np.array([r["kind"] == "image" for r in c.rows], dtype=bool)
         self._speakers = speakers
         self._speaker_masks: dict[str, npt.NDArray[np.bool_]] = {}
+        # The rows a retrieval from memory may return, by what decides them (a store's
+        # searches ask the same few questions: a read-only mask is made once).
+        self._allowed: dict[tuple[Any, ...], npt.NDArray[np.bool_]] = {}
         scope_of = [r["scope"] for r in c.rows]
         self.scopes = sorted(set(scope_of))
         code = {scope: i for i, scope in enumerate(self.scopes)}
@@ -134,8 +139,26 @@ class Snapshot:
 
     def readable(self, scopes: frozenset[str]) -> npt.NDArray[np.bool_]:
         """The rows whose scope is one of ``scopes`` (those mneme_readable passed)."""
-        codes = [i for i, scope in enumerate(self.scopes) if scope in scopes]
-        return np.isin(self.scope_codes, codes)
+        passed = np.array([scope in scopes for scope in self.scopes], dtype=bool)
+        return passed[self.scope_codes]
+
+    def allowed(
+        self, scopes: frozenset[str], *, subset: str, speaker: str | None,
+        self_only: bool | None, images: bool | None,
+    ) -> npt.NDArray[np.bool_]:  # fmt: skip
+        """``eligible`` rows whose scope is one of ``scopes``: all a retrieval without
+        filters may return. Read-only: it is kept for the next search that asks."""
+        key = (scopes, subset, speaker, self_only, images)
+        found = self._allowed.get(key)
+        if found is None:
+            found = self.eligible(
+                subset=subset, speaker=speaker, self_only=self_only, images=images
+            ) & self.readable(scopes)
+            found.flags.writeable = False
+            if len(self._allowed) >= ALLOWED_KEPT:
+                del self._allowed[next(iter(self._allowed))]
+            self._allowed[key] = found
+        return found
 
     def _speaker_mask(self, speaker: str) -> npt.NDArray[np.bool_]:
         found = self._speaker_masks.get(speaker)
@@ -148,9 +171,10 @@ class Snapshot:
         self, query: npt.NDArray[np.float32], mask: npt.NDArray[np.bool_], limit: int
     ) -> Proposal:
         """Rows with a vector, by their best cosine (own or any chunk's), best first."""
-        sims = np.full(len(self.ids), -np.inf, dtype=np.float64)
-        usable = mask & self.has_vector
-        sims[usable] = self.vectors[usable] @ query
+        # Every row's cosine, then the unusable ones struck out: one pass over the
+        # vectors, where selecting the usable rows first copies them all.
+        sims = (self.vectors @ query).astype(np.float64)
+        sims[~(mask & self.has_vector)] = -np.inf
         if len(self.chunk_rows):
             chunk_sims = (self.chunk_vectors @ query).astype(np.float64)
             chunk_sims[~mask[self.chunk_rows]] = -np.inf
@@ -261,12 +285,13 @@ async def candidates(
     the SQL arms must answer: the predicate passed too few of what an arm proposed, and
     the arm had more to propose. ``connect``: a connection, for proposals to check (an
     answer from memory alone takes none)."""
-    mask = snap.eligible(subset=subset, speaker=speaker, self_only=self_only, images=images)
     if in_memory(reader, filters):
         # The whole predicate, known here: liveness (the snapshot holds active rows at the
         # store's current version), readability (by scope), and no filter.
         assert reader.scopes is not None
-        mask &= snap.readable(reader.scopes)
+        mask = snap.allowed(
+            reader.scopes, subset=subset, speaker=speaker, self_only=self_only, images=images
+        )
         vec = snap.vector_arm(query_vector, mask, per_arm)
         text = snap.text_arm(stats.lexemes, mask, per_arm) if use_fts else NOTHING
         return _assemble(
@@ -274,6 +299,7 @@ async def candidates(
         )
     # Proposed, then checked. Everything proposed passes for a service key without
     # filters (unless a write lands meanwhile); a filter or a narrower reader passes fewer.
+    mask = snap.eligible(subset=subset, speaker=speaker, self_only=self_only, images=images)
     principal = reader.principal
     reach = per_arm if principal.is_service and filters == UNFILTERED else 3 * per_arm
     vec = snap.vector_arm(query_vector, mask, reach)

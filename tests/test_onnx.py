@@ -136,3 +136,19 @@ def test_backend_settings() -> None:
     assert not Settings.from_env({"MNEME_QUERY_INT8": "false"}).query_int8
     with pytest.raises(SettingsError, match="MNEME_QUERY_INT8"):
         Settings.from_env({"MNEME_QUERY_INT8": "sometimes"})
+
+
+def test_a_query_is_tokenized_once_for_its_vector_and_its_count(
+    embedder: SentenceTransformerEmbedder,
+) -> None:
+    # The search's query path (one pass of the Rust tokenizer) gives the vector and the
+    # billed token count the two separate calls give, to the bit; a text too long for the
+    # model (TEXTS[3]) takes the truncating path and is counted whole.
+    assert embedder.query_backend == "onnx-int8, one at a time"
+    assert embedder._queries is not None
+    assert embedder._queries.encode_counted(TEXTS[3]) is None
+    assert embedder._queries.encode_counted(TEXTS[0]) is not None
+    vectors, counts = embedder.encode_queries_counted(TEXTS)
+    assert np.array_equal(vectors, embedder.encode_queries(TEXTS))
+    assert counts == embedder.count_tokens_many(TEXTS)
+    assert counts[3] > embedder._queries.max_tokens

@@ -39,6 +39,9 @@ class Recording:
     def encode_queries(self, texts: Sequence[str]) -> Vectors:
         return self.inner.encode_queries(texts)
 
+    def encode_queries_counted(self, texts: Sequence[str]) -> tuple[Vectors, list[int]]:
+        return self.inner.encode_queries_counted(texts)
+
     def encode_documents(self, texts: Sequence[str]) -> Vectors:
         if self.poison is not None and any(self.poison in t for t in texts):
             raise ValueError("poisoned text")
