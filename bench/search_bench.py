@@ -44,7 +44,7 @@ import numpy.typing as npt
 from bench.common import LOCOMO, Server, load_turns, machine, summary_ms, write_results
 from embeddings import document_text
 from embeddings.model import SentenceTransformerEmbedder
-from service import db
+from service import db, store_indexes
 from service.queries import search as sq
 from service.queries.keys import Principal
 from service.queries.search import SearchFilters
@@ -71,6 +71,10 @@ FROM generate_series($2::int, $3::int - 1) AS g
 CROSS JOIN (SELECT count(*)::int AS n FROM bench_base) n
 JOIN bench_base a ON a.i = g % n.n
 JOIN bench_base b ON b.i = (g % n.n + (g / n.n) * 1009) % n.n
+"""
+
+OWN_INDEX_BUILT = """
+SELECT built_at IS NOT NULL FROM store_vector_indexes WHERE workspace_id = $1 AND store_id = $2
 """
 
 # Dropped for the bulk load and built after it, as the migrations define them.
@@ -153,6 +157,14 @@ async def load(
             started = time.perf_counter()
             await conn.execute(ddl[name])
             timings[f"{name}_build_s"] = round(time.perf_counter() - started, 1)
+        # The big store's own HNSW index, as the janitor builds it (service.store_indexes):
+        # built here, not a minute later on the janitor's next pass.
+        started = time.perf_counter()
+        own_from = Settings().store_index_min
+        while own_from and big_n >= own_from and not await conn.fetchval(OWN_INDEX_BUILT, ws, big):
+            if await store_indexes.reconcile(url, own_from) is None:
+                await asyncio.sleep(1)  # the janitor is at it
+        timings["own_index_build_s"] = round(time.perf_counter() - started, 1)
         started = time.perf_counter()
         await conn.execute("VACUUM ANALYZE memories")
         timings["vacuum_analyze_s"] = round(time.perf_counter() - started, 1)

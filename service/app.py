@@ -18,7 +18,7 @@ from aiohttp import web
 
 from embeddings import Embedder
 from embeddings.worker import Worker, WorkerConfig
-from service import db
+from service import db, store_indexes
 from service.bootstrap import bootstrap, print_first_key
 from service.inputs import input_middleware
 from service.metrics import Metrics
@@ -32,6 +32,7 @@ from service.server import standard_headers
 from service.settings import Settings
 from service.snapshots import Snapshots
 from service.state import (
+    DATABASE_URL,
     EMBEDDER,
     METER,
     METRICS,
@@ -106,6 +107,7 @@ def create_app(
     async def database(app: web.Application) -> AsyncIterator[None]:
         url = await db.resolve_url(settings)
         await db.prepare_schema(url, auto_migrate=settings.embedded)
+        app[DATABASE_URL] = url
         async with contextlib.AsyncExitStack() as pools:
             pool = await db.create_pool(url, settings)
             pools.push_async_callback(pool.close)
@@ -223,7 +225,8 @@ async def embedding_worker(app: web.Application) -> AsyncIterator[None]:
 
 async def janitor(app: web.Application) -> AsyncIterator[None]:
     """Housekeeping: spent rate-limit windows, expired idempotency keys, search-statistics
-    deltas, retention."""
+    deltas, retention; and, in a task of its own (a build takes minutes), large stores'
+    own vector indexes."""
     settings = app[SETTINGS]
 
     async def retention() -> None:
@@ -256,6 +259,18 @@ async def janitor(app: web.Application) -> AsyncIterator[None]:
             await asyncio.sleep(min(JANITOR_INTERVAL_S, settings.retention_interval_s))
             since_retention += min(JANITOR_INTERVAL_S, settings.retention_interval_s)
 
-    task = asyncio.create_task(loop(), name="mneme-janitor")
+    async def indexes() -> None:
+        while True:
+            try:
+                await store_indexes.reconcile(app[DATABASE_URL], settings.store_index_min)
+            except Exception as exc:
+                app[OUTAGE].note(exc, log, "store index pass failed; will retry")
+            await asyncio.sleep(JANITOR_INTERVAL_S)
+
+    tasks = [
+        asyncio.create_task(loop(), name="mneme-janitor"),
+        asyncio.create_task(indexes(), name="mneme-store-indexes"),
+    ]
     yield
-    await _cancel(task)
+    for task in tasks:
+        await _cancel(task)

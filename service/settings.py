@@ -84,6 +84,9 @@ class Settings:
     embed_max_attempts: int = 5
     # Memory for search snapshots of small stores (service.snapshots); 0: none.
     snapshot_bytes: int = 256 * 1024 * 1024
+    # A store with this many active memories gets an HNSW index of its own
+    # (service.store_indexes); 0: none, every store shares one.
+    store_index_min: int = 20_000
     # Retention: transitory memories not used for this long are archived.
     transitory_idle_s: float = 30 * 24 * 3600.0
     retention_interval_s: float = 300.0
@@ -151,6 +154,7 @@ class Settings:
             ("MNEME_EMBED_POLL_SECONDS", "embed_poll_s", 1, 3600, float),
             ("MNEME_EMBED_MAX_ATTEMPTS", "embed_max_attempts", 1, 100, int),
             ("MNEME_RETENTION_INTERVAL_SECONDS", "retention_interval_s", 1, 86400, float),
+            ("MNEME_STORE_INDEX_MIN", "store_index_min", 0, 1_000_000_000, int),
         )
         for name, attr, lo, hi, kind in integers:
             if (raw := get(name)) is not None:

@@ -67,6 +67,8 @@ class RecentKeys:
 
 SETTINGS = web.AppKey("settings", Settings)
 POOL = web.AppKey("pool", asyncpg.Pool)
+# The database the pools connect to (for work that needs a connection of its own).
+DATABASE_URL = web.AppKey("database_url", str)
 # Connections that plan each statement once (generic plans), for searching a store that is
 # scanned exactly (service.queries.search.planned_once).
 PLANNED_ONCE_POOL = web.AppKey("planned_once_pool", asyncpg.Pool)
