@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from bench.common import RESULTS, ROOT, machine
@@ -25,7 +28,8 @@ from bench.common import RESULTS, ROOT, machine
 STEPS = {
     "mem0": ["-m", "bench.mem0_bench"],
     "write": ["-m", "bench.write_bench"],
-    "search": ["-m", "bench.search_bench", "--levels", "200000"],
+    # The levels the search benchmark had when issue 12 was filed (BASELINE).
+    "search": ["-m", "bench.search_bench", "--levels", "100000,1000000"],
     "load": ["-m", "bench.load"],
 }
 QUICK = {
@@ -34,6 +38,9 @@ QUICK = {
     "search": ["--queries", "50", "--seconds", "5"],
     "load": ["--quick"],
 }
+# The search benchmark's last run before issue 12's work (its CPU-per-search and 16-client
+# figures are the issue's "today"), read from the repository's history.
+BASELINE = "b0a2ff3"
 RESULT_OF = {"mem0": "mem0", "write": "write", "search": "search", "load": "load"}
 
 
@@ -43,6 +50,46 @@ def run_step(name: str, quick: bool) -> float:
     print(f"== {name}: {' '.join(command[1:])}", flush=True)
     subprocess.run(command, cwd=ROOT, check=True)
     return time.monotonic() - started
+
+
+def run_baseline(quick: bool) -> float:
+    """BASELINE's own search benchmark at its first level, on this machine, in this run
+    (a checkout in a temporary git worktree, the same virtualenv): results/
+    search-baseline.json, so the search figures' "x" columns compare like with like."""
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="mneme-baseline-") as tmp:
+        tree = Path(tmp) / "tree"
+        subprocess.run(["git", "worktree", "add", "--detach", str(tree), BASELINE], cwd=ROOT,
+                       check=True)  # fmt: skip
+        try:
+            command = [sys.executable, "-m", "bench.search_bench", "--levels", "100000",
+                       *(QUICK["search"] if quick else [])]  # fmt: skip
+            print(f"== baseline ({BASELINE}): {' '.join(command[1:])}", flush=True)
+            subprocess.run(command, cwd=tree, check=True)
+            shutil.copy(tree / "bench/results/search.json", RESULTS / "search-baseline.json")
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT,
+                           check=False)  # fmt: skip
+    return time.monotonic() - started
+
+
+def baseline_search() -> dict[str, Any] | None:
+    """BASELINE's search figures: measured in this run where it ran (``--baseline``), else
+    as committed at BASELINE (another machine); None without either."""
+    same_run = RESULTS / "search-baseline.json"
+    if same_run.exists():
+        result: dict[str, Any] = json.loads(same_run.read_text())
+        result["same_run"] = True
+        return result
+    shown = subprocess.run(
+        ["git", "show", f"{BASELINE}:bench/results/search.json"], cwd=ROOT,
+        capture_output=True, text=True,
+    )  # fmt: skip
+    if shown.returncode != 0:
+        return None
+    result = json.loads(shown.stdout)
+    result["same_run"] = False
+    return result
 
 
 def load(name: str) -> dict[str, Any]:
@@ -99,23 +146,46 @@ def report(ran: dict[str, float], quick: bool) -> str:
         ]
     if "search" in ran:
         s = load("search")
+        before = baseline_search()
         for level, figures in s["levels"].items():
+            then = (before or {}).get("levels", {}).get(level)
             lines += [
                 f"## Search at {int(level):,} memories (bench.search_bench)",
                 "",
                 "| store | p50 ms | floor p50 ms | search / floor | 16 clients: searches/s "
-                "| CPU ms per search |",
+                f"(/ {BASELINE}'s) | CPU ms per search (/ {BASELINE}'s; target ≤ 0.5) |",
                 "|---|---|---|---|---|---|",
             ]
             for label, key in (("1,000 memories", "small"), (f"{figures['big_store']:,}", "big")):
                 f = figures[key]
-                cpu = f["throughput"]["cpu_ms_per_search"]
+                t = f["throughput"]
+                qps, cpu = t["searches_per_s"], t["cpu_ms_per_search"]["total"]
+                if then is not None:
+                    old = then[key]["throughput"]
+                    qps_vs = f" ({qps / old['searches_per_s']:.2f}x)"
+                    cpu_vs = f" ({cpu / old['cpu_ms_per_search']['total']:.2f}x)"
+                else:
+                    qps_vs = cpu_vs = ""
                 lines.append(
                     f"| {label} | {f['search']['p50_ms']} | {f['floor_p50_ms']} "
-                    f"| {f['ratio_p50_search_over_floor']} "
-                    f"| {f['throughput']['searches_per_s']} | {cpu.get('total', cpu)} |"
+                    f"| {f['ratio_p50_search_over_floor']} | {qps}{qps_vs} | {cpu}{cpu_vs} |"
                 )
             lines.append("")
+        if before is not None and before["same_run"]:
+            lines += [
+                f"{BASELINE}'s figures: its own search benchmark, run in this run on this "
+                f"machine (levels {', '.join(before['levels'])}); a level it did not run is "
+                "compared with nothing.",
+                "",
+            ]
+        elif before is not None:
+            b = before["machine"]
+            lines += [
+                f"{BASELINE}'s figures: as committed, from {b['cpu']}, {b['cores']} cores "
+                f"({b['date'][:10]}); a ratio across two machines is a guide, not a same-run "
+                "measurement (`--baseline` measures it here).",
+                "",
+            ]
     if "load" in ran:
         r = load("load")
         top = r["sustained"]
@@ -142,12 +212,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--skip", default="", help="steps to leave out: " + ",".join(STEPS))
     parser.add_argument("--quick", action="store_true", help="short runs (a smoke test)")
+    parser.add_argument(
+        "--baseline", action="store_true",
+        help=f"also run {BASELINE}'s search benchmark here, for same-machine ratios",
+    )  # fmt: skip
     args = parser.parse_args()
     skipped = {s for s in args.skip.split(",") if s}
     unknown = skipped - set(STEPS)
     if unknown:
         parser.error(f"unknown steps: {', '.join(sorted(unknown))}")
+    (RESULTS / "search-baseline.json").unlink(missing_ok=True)
     ran = {name: run_step(name, args.quick) for name in STEPS if name not in skipped}
+    if args.baseline and "search" in ran:
+        ran["baseline"] = run_baseline(args.quick)
     text = report(ran, args.quick)
     path = RESULTS / f"report-{time.strftime('%Y-%m-%d', time.gmtime())}.md"
     path.write_text(text)

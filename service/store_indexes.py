@@ -16,8 +16,10 @@ deleted, and every store's own index is dropped when the feature is turned off
 
 Builds run one at a time across every instance (a session advisory lock on a connection
 of their own, released if the builder dies) with ``CREATE INDEX CONCURRENTLY``, so writes
-go on. A row is written before its index is built and stamped once the index is valid:
-a build cut short leaves a row naming the index to drop and build again.
+go on, in the server's ``maintenance_work_mem`` (a graph that does not fit it is built
+on disk, slower; the embedded server's is a sixteenth of memory). A row is written
+before its index is built and stamped once the index is valid: a build cut short leaves
+a row naming the index to drop and build again.
 """
 
 from __future__ import annotations
@@ -34,8 +36,6 @@ log = logging.getLogger("mneme.store_indexes")
 # Held while building or dropping: one instance at a time does either.
 BUILDER_LOCK = 0x6D6E656D655F6978  # "mneme_ix"
 PREFIX = "memories_embedding_s_"
-# The build's working memory: a graph that does not fit is built on disk, slower.
-BUILD_SETTINGS = {"maintenance_work_mem": "1GB"}
 
 _SIZES = """
 SELECT workspace_id, store_id, sum(docs) AS docs FROM search_store_stats GROUP BY 1, 2
@@ -91,7 +91,7 @@ class Changes:
 async def reconcile(url: str, min_docs: int) -> Changes | None:
     """Drop the indexes no store needs, then build the one the largest store without one
     needs. ``None``: another instance is at it (nothing done here)."""
-    conn = await asyncpg.connect(url, server_settings=BUILD_SETTINGS)
+    conn = await asyncpg.connect(url)
     try:
         if not await conn.fetchval("SELECT pg_try_advisory_lock($1)", BUILDER_LOCK):
             return None
