@@ -1,0 +1,208 @@
+"""``mneme-mcp``: Mneme as an MCP server (stdio), for agents that speak the Model Context
+Protocol (Claude Desktop and Code, Cursor, …). Install with ``pip install
+'mneme-client[mcp]'``.
+
+Configured by the environment: ``MNEME_URL`` (default ``http://127.0.0.1:8080``),
+``MNEME_API_KEY``, ``MNEME_STORE`` (the store a tool uses when none is named; default
+``default``). Every tool calls the service's public API with that key, so it can do what
+the key may do and nothing more; a refusal comes back as a tool error with the service's
+own message, and changes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable
+from typing import Annotated, Any, TypeVar
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import Field
+
+from mneme_client._async import AsyncMneme
+from mneme_client._errors import MnemeError, NotFoundError
+from mneme_client._types import Hit, Memory, StoreMemory
+
+T = TypeVar("T")
+
+INSTRUCTIONS = """\
+Long-term memory. `remember` what you learn that will matter later (one fact per call, in
+your own words); `recall` before you answer anything that past conversations may inform;
+`forget` what is wrong. Files (`list_files`, `read_file`, `write_file`) are documents kept
+at paths in a store, e.g. notes or a profile you maintain: read before you write, and pass
+the sha256 you read as `expected_sha256` so you never overwrite a change you have not seen.
+"""
+
+# One line each, that an agent can act on.
+DESCRIPTIONS = {
+    "remember": (
+        "Store a memory (one fact, in plain words) so it can be recalled later; returns its id."
+    ),
+    "recall": "Find the memories most relevant to a question, best first.",
+    "browse": "List memories, most recently used first; with `search`, those matching its words.",
+    "forget": "Delete a memory that is wrong or no longer true, by its id.",
+    "list_files": "List the files of a store (paths and sha256, no content), by path.",
+    "read_file": "Read a file of a store: its content and the sha256 to pass to write_file.",
+    "write_file": (
+        "Create or replace a file of a store; with expected_sha256 (from read_file), only if "
+        "it still has that content, else nothing changes."
+    ),
+}
+
+Store = Annotated[
+    str | None, Field(description="Store name or id; the server's default store if omitted")
+]
+FileStore = Annotated[str, Field(description="Store name or id")]
+Path = Annotated[str, Field(description="The file's path in the store, e.g. notes/todo.md")]
+
+
+async def _call(action: Awaitable[T]) -> T:
+    """The API's answer, or its refusal as a tool error (status, type and message)."""
+    try:
+        return await action
+    except MnemeError as exc:
+        raise ToolError(f"{exc.status} {exc.type}: {exc.message}") from exc
+
+
+def _memory(m: Memory) -> dict[str, Any]:
+    return {"id": m.id, "text": m.text, "store": m.store, "speaker": m.speaker,
+            "fact_type": m.fact_type, "scope": m.scope}  # fmt: skip
+
+
+def _hit(h: Hit) -> dict[str, Any]:
+    return {"id": h.id, "content": h.content, "kind": h.kind, "similarity": h.similarity}
+
+
+def _file(f: StoreMemory) -> dict[str, Any]:
+    found = {"id": f.id, "path": f.path, "content_sha256": f.content_sha256}
+    return found if f.content is None else {**found, "content": f.content}
+
+
+def build_server(client: AsyncMneme, default_store: str = "default") -> MCPServer:
+    """The MCP server, its tools calling Mneme through ``client``."""
+    server = MCPServer("mneme", instructions=INSTRUCTIONS)
+
+    async def file_at(store: str, path: str) -> StoreMemory | None:
+        """The store's file at exactly ``path`` (listed by prefix, then matched)."""
+        async for found in client.stores.list_memories(store, path_prefix=path):
+            if found.path == path:
+                return found
+            if found.path > path:
+                break
+        return None
+
+    @server.tool(description=DESCRIPTIONS["remember"])
+    async def remember(
+        text: Annotated[str, Field(description="The memory, e.g. 'Dave prefers squash merges'")],
+        store: Store = None,
+        speaker: Annotated[
+            str | None, Field(description="Who said it: a registered speaker, or 'me' (you)")
+        ] = None,
+        fact_type: Annotated[
+            str | None, Field(description="world, experience, opinion or observation")
+        ] = None,
+    ) -> dict[str, Any]:
+        fields: dict[str, Any] = {"store": store or default_store}
+        if speaker is not None:
+            fields["speaker"] = speaker
+        if fact_type is not None:
+            fields["fact_type"] = fact_type
+        return _memory(await _call(client.add(text, **fields)))
+
+    @server.tool(description=DESCRIPTIONS["recall"])
+    async def recall(
+        query: Annotated[str, Field(description="What you want to know, as a question")],
+        store: Store = None,
+        max_results: Annotated[int | None, Field(ge=1, le=100)] = None,
+        verify: Annotated[
+            int | None, Field(ge=0, le=3, description="Extra retrieval passes (slower, deeper)")
+        ] = None,
+    ) -> list[dict[str, Any]]:
+        options: dict[str, Any] = {} if verify is None else {"verify": verify}
+        hits = await _call(client.search(store or default_store, query, max_results, **options))
+        return [_hit(h) for h in hits]
+
+    @server.tool(description=DESCRIPTIONS["browse"])
+    async def browse(
+        store: Store = None,
+        search: Annotated[str | None, Field(description="Words the memories must match")] = None,
+        limit: Annotated[int, Field(ge=1, le=200)] = 20,
+    ) -> list[dict[str, Any]]:
+        filters: dict[str, Any] = {"store": store or default_store}
+        if search:
+            filters["search"] = search
+        found: list[dict[str, Any]] = []
+        try:
+            async for memory in client.browse(limit=min(limit, 100), **filters):
+                found.append(_memory(memory))
+                if len(found) == limit:
+                    break
+        except MnemeError as exc:
+            raise ToolError(f"{exc.status} {exc.type}: {exc.message}") from exc
+        return found
+
+    @server.tool(description=DESCRIPTIONS["forget"])
+    async def forget(
+        memory_id: Annotated[str, Field(description="The memory's id (mem_…)")],
+    ) -> str:
+        await _call(client.delete(memory_id))
+        return f"forgot {memory_id}"
+
+    @server.tool(description=DESCRIPTIONS["list_files"])
+    async def list_files(
+        store: FileStore,
+        path_prefix: Annotated[str | None, Field(description="Only paths starting so")] = None,
+    ) -> list[dict[str, Any]]:
+        try:
+            return [_file(f) async for f in client.stores.list_memories(store, path_prefix)]
+        except MnemeError as exc:
+            raise ToolError(f"{exc.status} {exc.type}: {exc.message}") from exc
+
+    @server.tool(description=DESCRIPTIONS["read_file"])
+    async def read_file(store: FileStore, path: Path) -> dict[str, Any]:
+        found = await _call(file_at(store, path))
+        if found is None:
+            raise ToolError(f"404 not_found_error: no file at {path!r} in store {store!r}")
+        return _file(await _call(client.stores.read(store, found.id)))
+
+    @server.tool(description=DESCRIPTIONS["write_file"])
+    async def write_file(
+        store: FileStore,
+        path: Path,
+        content: str,
+        expected_sha256: Annotated[
+            str | None, Field(description="The sha256 read_file returned; omit to overwrite")
+        ] = None,
+    ) -> dict[str, Any]:
+        found = await _call(file_at(store, path))
+        if found is None:
+            if expected_sha256 is not None:
+                raise ToolError(
+                    f"409 conflict_error: no file at {path!r} any more (expected sha256 "
+                    f"{expected_sha256}); nothing was written"
+                )
+            return _file(await _call(client.stores.write(store, path, content)))
+        try:
+            updated = await client.stores.update(
+                store, found.id, content=content, content_sha256=expected_sha256
+            )
+        except NotFoundError as exc:  # deleted meanwhile
+            raise ToolError(f"{exc.status} {exc.type}: {exc.message}") from exc
+        except MnemeError as exc:
+            raise ToolError(
+                f"{exc.status} {exc.type}: {exc.message}; nothing was written. Read the file "
+                "again, then write with its current sha256."
+            ) from exc
+        return _file(updated)
+
+    return server
+
+
+def main() -> None:
+    """The ``mneme-mcp`` console script: the server on stdin/stdout."""
+    client = AsyncMneme(os.environ.get("MNEME_API_KEY"), os.environ.get("MNEME_URL"))
+    build_server(client, os.environ.get("MNEME_STORE") or "default").run("stdio")
+
+
+if __name__ == "__main__":
+    main()

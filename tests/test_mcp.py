@@ -1,0 +1,165 @@
+"""``mneme-mcp`` (clients/python/mneme_client/mcp_server.py), driven by the official MCP
+client over stdio, against a running service: the tools an agent sees, and what each one
+does to the memories behind it."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from mcp import Client, StdioServerParameters
+
+from tests.helpers import BOOTSTRAP_KEY, make_key
+from tests.helpers import Client as HttpClient
+
+TOOLS = {"remember", "recall", "browse", "forget", "list_files", "read_file", "write_file"}
+SCRIPT = Path(sys.executable).parent / "mneme-mcp"
+
+
+def _params(base_url: str, key: str, store: str = "default") -> StdioServerParameters:
+    return StdioServerParameters(
+        command=str(SCRIPT),
+        env={"MNEME_URL": base_url, "MNEME_API_KEY": key, "MNEME_STORE": store},
+    )
+
+
+@contextlib.asynccontextmanager
+async def connected(client: HttpClient, key: str = BOOTSTRAP_KEY) -> AsyncIterator[Client]:
+    """An MCP session with ``mneme-mcp`` for ``key``, entered and left in the test's own
+    task (anyio's cancel scopes do not cross the tasks of a fixture's set-up and
+    teardown)."""
+    async with Client(_params(str(client.make_url("")).rstrip("/"), key)) as mcp:
+        yield mcp
+
+
+async def call(mcp: Client, tool: str, **arguments: Any) -> Any:
+    """The tool's structured answer; fails the test on a tool error."""
+    result = await mcp.call_tool(tool, arguments)
+    assert not result.is_error, result.content
+    structured = result.structured_content
+    return (
+        structured["result"]
+        if isinstance(structured, dict) and "result" in structured
+        else structured
+    )
+
+
+async def refused(mcp: Client, tool: str, **arguments: Any) -> str:
+    """The text of the tool error the call must end in."""
+    result = await mcp.call_tool(tool, arguments)
+    assert result.is_error, result.structured_content
+    text: str = result.content[0].text  # type: ignore[union-attr]
+    return text
+
+
+async def test_the_tools_an_agent_sees(client: HttpClient) -> None:
+    async with connected(client) as agent:
+        listed = (await agent.list_tools()).tools
+        assert {t.name for t in listed} == TOOLS
+        for tool in listed:
+            assert tool.description and "\n" not in tool.description
+            assert tool.input_schema["type"] == "object"
+        schema = {t.name: t.input_schema for t in listed}
+        assert schema["remember"]["required"] == ["text"]
+        assert set(schema["remember"]["properties"]) == {"text", "store", "speaker", "fact_type"}
+        assert set(schema["recall"]["properties"]) == {"query", "store", "max_results", "verify"}
+        assert set(schema["browse"]["properties"]) == {"store", "search", "limit"}
+        assert schema["forget"]["required"] == ["memory_id"]
+        assert set(schema["list_files"]["required"]) == {"store"}
+        assert set(schema["read_file"]["required"]) == {"store", "path"}
+        assert set(schema["write_file"]["required"]) == {"store", "path", "content"}
+        assert "expected_sha256" in schema["write_file"]["properties"]
+
+
+async def test_remember_recall_browse_forget(client: HttpClient) -> None:
+    async with connected(client) as agent:
+        memory = await call(
+            agent, "remember", text="Dave prefers squash merges.", fact_type="world"
+        )
+        assert memory["id"].startswith("mem_") and memory["store"].startswith("memstore_")
+        assert memory["fact_type"] == "world"
+        await call(agent, "remember", text="The staging database is rebuilt every Sunday.")
+
+        hits = await call(agent, "recall", query="How does Dave like to merge?", max_results=5)
+        assert hits[0]["id"] == memory["id"] and hits[0]["content"] == "Dave prefers squash merges."
+        assert hits[0]["kind"] == "memory"
+
+        found = await call(agent, "browse", search="squash")
+        assert [m["id"] for m in found] == [memory["id"]]
+        assert len(await call(agent, "browse", limit=1)) == 1
+
+        assert await call(agent, "forget", memory_id=memory["id"]) == f"forgot {memory['id']}"
+        assert await call(agent, "browse", search="squash") == []
+        assert "404" in await refused(agent, "forget", memory_id="mem_doesnotexist")
+
+
+async def test_a_store_that_does_not_exist_is_a_tool_error(client: HttpClient) -> None:
+    async with connected(client) as agent:
+        text = await refused(agent, "remember", text="Lost note.", store="nowhere")
+        assert "404" in text and "nowhere" in text
+        assert "404" in await refused(agent, "recall", query="anything", store="nowhere")
+
+
+async def test_files_are_read_and_written_under_the_sha256_precondition(
+    client: HttpClient,
+) -> None:
+    async with connected(client) as agent:
+        created = await call(agent, "write_file", store="default", path="notes/todo.md",
+                             content="- ship the MCP server\n")  # fmt: skip
+        await call(agent, "write_file", store="default", path="profile.md", content="Name: Ada\n")
+        read = await call(agent, "read_file", store="default", path="notes/todo.md")
+        assert read["content"] == "- ship the MCP server\n"
+        assert read["content_sha256"] == created["content_sha256"] and read["id"] == created["id"]
+
+        listed = await call(agent, "list_files", store="default")
+        assert [f["path"] for f in listed] == ["notes/todo.md", "profile.md"]
+        assert all("content" not in f for f in listed)
+        notes = await call(agent, "list_files", store="default", path_prefix="notes/")
+        assert [f["path"] for f in notes] == ["notes/todo.md"]
+
+        updated = await call(agent, "write_file", store="default", path="notes/todo.md",
+                             content="- ship it\n- test it\n",
+                             expected_sha256=read["content_sha256"])  # fmt: skip
+        assert updated["id"] == created["id"]
+        assert updated["content_sha256"] != read["content_sha256"]
+
+        # The sha256 read before the update is stale now: refused, and nothing changes.
+        stale = read["content_sha256"]
+        text = await refused(agent, "write_file", store="default", path="notes/todo.md",
+                             content="- overwritten\n", expected_sha256=stale)  # fmt: skip
+        assert "409" in text and "nothing was written" in text
+        again = await call(agent, "read_file", store="default", path="notes/todo.md")
+        assert again["content"] == "- ship it\n- test it\n"
+
+        # An expected sha256 for a file that is not there writes nothing either.
+        text = await refused(agent, "write_file", store="default", path="notes/gone.md",
+                             content="x", expected_sha256="0" * 64)  # fmt: skip
+        assert "409" in text
+        assert "404" in await refused(agent, "read_file", store="default", path="notes/gone.md")
+
+        # Without a precondition, the file is overwritten.
+        overwritten = await call(agent, "write_file", store="default", path="profile.md",
+                                 content="Name: Ada Lovelace\n")  # fmt: skip
+        assert (await call(agent, "read_file", store="default", path="profile.md"))[
+            "content_sha256"
+        ] == overwritten["content_sha256"]
+
+
+async def test_the_key_decides_what_the_tools_may_do(client: HttpClient) -> None:
+    """A read-only key's agent may recall but not remember; the refusal is the service's."""
+    async with connected(client) as agent:
+        await call(agent, "remember", text="The office wifi password rotates monthly.")
+        reader = await make_key(client, kind="service", scopes=["memory:read"])
+        async with connected(client, reader) as limited:
+            hits = await call(limited, "recall", query="office wifi password")
+            assert hits and hits[0]["content"] == "The office wifi password rotates monthly."
+            text = await refused(limited, "remember", text="Sneaky write.")
+            assert "403" in text
+            text = await refused(limited, "write_file", store="default", path="x.md", content="x")
+            assert "403" in text
+        assert await call(agent, "browse", search="Sneaky") == []
+        assert json.dumps(await call(agent, "list_files", store="default")) == "[]"
