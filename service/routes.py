@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from service.faces import admin, browse, memories, ops, search, speakers, stores
+from service.faces import activity, admin, browse, memories, ops, search, speakers, stores
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Prefetch = Callable[[web.Request], Awaitable[None]]
@@ -48,6 +48,7 @@ ROUTES: list[Route] = [
     # Search face (seed 002)
     Route("POST", "/api/v1/memory/search", search.search, READ, prefetch=search.prefetch),
     Route("GET", "/api/v1/usage", search.get_usage, READ),
+    Route("GET", "/api/v1/activity", activity.get_activity, READ),
     # Write API
     Route("POST", "/api/v1/memories", memories.create_memories, WRITE),
     Route("GET", "/api/v1/memories/{memory_id}", memories.get_memory, READ),

@@ -150,3 +150,125 @@ async def test_a_wrong_key_is_sent_back_to_the_login(
     await page.click("#login-form button[type=submit]")
     await expect(page.locator("#login-error")).to_contain_text("Invalid or revoked API key")
     await expect(page.locator("#login")).to_be_visible()
+
+
+STORES = "/api/v1/forward/memory_stores"
+
+
+async def test_the_stores_view_shows_the_tree_a_file_and_its_versions_and_guards_edits(
+    browser: Browser, served: tuple[str, Client]
+) -> None:
+    base, client = served
+    resp = await client.post(STORES, json={"name": "notes"}, headers=ADMIN)
+    store = (await resp.json())["id"]
+    files = {}
+    for path, content in (("readme.md", "Start here."), ("docs/guide.md", "Use the blue door."),
+                          ("docs/deep/x.md", "Deep file.")):  # fmt: skip
+        resp = await client.post(f"{STORES}/{store}/memories", headers=ADMIN,
+                                 json={"path": path, "content": content})  # fmt: skip
+        assert resp.status in (200, 201), await resp.text()
+        files[path] = await resp.json()
+    page = await browser.new_page()
+    await login(page, base, BOOTSTRAP_KEY)
+    await page.click("#tab-stores")
+    await page.locator("#store-list button", has_text="notes").click()
+    await expect(page.locator("#tree-title")).to_have_text("Files of notes")
+    tree = page.locator("#file-tree")
+    await expect(tree.locator("summary")).to_have_text(["docs/", "deep/"])
+    await expect(tree.locator("button")).to_have_text(["x.md", "guide.md", "readme.md"])
+
+    await tree.locator("button[data-path='docs/guide.md']").click()
+    guide = files["docs/guide.md"]
+    await expect(page.locator("#file-path")).to_have_text("docs/guide.md")
+    await expect(page.locator("#file-sha")).to_have_text(guide["content_sha256"])
+    await expect(page.locator("#file-text")).to_have_value("Use the blue door.")
+    await expect(page.locator("#file-versions li")).to_have_count(1)
+    await expect(page.locator("#file-versions li ins")).to_have_text("Use the blue door.")
+
+    # An edit is saved under the sha256 shown: the new content, its hash, a version whose
+    # diff shows the word that changed.
+    file_url = f"{STORES}/{store}/memories/{guide['id']}"
+
+    async def stored() -> Any:
+        return await (await client.get(file_url, headers=ADMIN)).json()
+
+    await page.fill("#file-text", "Use the red door.")
+    await page.click("#file-save")
+    await expect(page.locator("#file-status")).to_have_text("Saved.")
+    saved = await stored()
+    assert saved["content"] == "Use the red door."
+    await expect(page.locator("#file-sha")).to_have_text(saved["content_sha256"])
+    await expect(page.locator("#file-versions li")).to_have_count(2)
+    newest = page.locator("#file-versions li").first
+    await expect(newest.locator("del")).to_have_text("blue")
+    await expect(newest.locator("ins")).to_have_text("red")
+
+    # Changed elsewhere after the page read it: the page's save is refused, nothing lost.
+    resp = await client.post(file_url, headers=ADMIN, json={"content": "Use the green door."})
+    assert resp.status == 200, await resp.text()
+    await page.fill("#file-text", "Use the page's door.")
+    await page.click("#file-save")
+    await expect(page.locator("#file-error")).to_contain_text("changed since you opened it")
+    assert (await stored())["content"] == "Use the green door."
+
+
+async def test_a_memory_detail_shows_its_versions_as_a_diff(
+    browser: Browser, served: tuple[str, Client]
+) -> None:
+    base, client = served
+    [memory] = await write(client, {"text": "Alice drinks tea in the morning."})
+    resp = await client.patch(f"/api/v1/memories/{memory}", headers=ADMIN,
+                              json={"text": "Alice drinks green tea in the morning."})  # fmt: skip
+    assert resp.status == 200, await resp.text()
+    page = await browser.new_page()
+    await login(page, base, BOOTSTRAP_KEY)
+    await page.locator("#memories li", has_text="green tea").click()
+    versions = page.locator("#versions li")
+    await expect(versions).to_have_count(2)
+    await expect(versions.first.locator("ins")).to_have_text("green ")
+    await expect(versions.first.locator("del")).to_have_count(0)
+    await expect(versions.nth(1).locator("ins")).to_have_text("Alice drinks tea in the morning.")
+
+
+async def test_the_overview_plots_from_local_files_what_the_key_may_read(
+    browser: Browser, served: tuple[str, Client]
+) -> None:
+    base, client = served
+    resp = await client.post(STORES, json={"name": "ops"}, headers=ADMIN)
+    assert resp.status == 201, await resp.text()
+    await make_member(client, "alice")
+    alice = await make_key(client, kind="personal", member="alice", scopes=["memory:read"])
+    await write(client, *({"text": f"default fact {i}"} for i in range(3)))
+    await write(
+        client, {"text": "ops fact 1", "store": "ops"}, {"text": "ops fact 2", "store": "ops"}
+    )
+    await write(client, {"text": "bob's secret", "scope": "pair:bob:bot"})
+    for query in ("default fact", "ops fact"):
+        resp = await client.post("/api/v1/memory/search", headers=ADMIN,
+                                 json={"user_id": "default", "query": query})  # fmt: skip
+        assert resp.status == 200, await resp.text()
+
+    async def overview(key: str) -> tuple[Page, list[str]]:
+        page = await browser.new_page()
+        requested: list[str] = []
+        page.on("request", lambda r: requested.append(r.url))
+        await login(page, base, key)
+        await page.click("#tab-overview")
+        return page, requested
+
+    page, requested = await overview(BOOTSTRAP_KEY)
+    await expect(page.locator("#written-summary")).to_have_text(
+        "6 memories written: default 4, ops 2"
+    )
+    await expect(page.locator("#units-summary")).to_contain_text("2 searches")
+    await expect(page.locator("#queue-summary")).to_contain_text("waiting now")
+    for chart in ("#chart-written", "#chart-units", "#chart-queue"):
+        await expect(page.locator(f"{chart} canvas")).to_have_count(1)
+    assert requested and all(url.startswith(base + "/") for url in requested), requested
+    assert any(url.endswith("/static/uPlot.iife.min.js") for url in requested)
+
+    # Alice may not read bob's pair: the plot counts what she may read, nothing more.
+    page, _ = await overview(alice)
+    await expect(page.locator("#written-summary")).to_have_text(
+        "5 memories written: default 3, ops 2"
+    )

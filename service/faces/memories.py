@@ -114,8 +114,11 @@ async def delete_memory(request: web.Request) -> web.Response:
     return json_response(memory_object(memory))
 
 
-async def versions_body(pool: asyncpg.Pool, workspace_id: str, memory_id: str) -> dict[str, Any]:
-    """A memory's versions, newest first, as both faces show them."""
+async def versions_body(
+    pool: asyncpg.Pool, workspace_id: str, memory_id: str, *, with_text: bool = False
+) -> dict[str, Any]:
+    """A memory's versions, newest first, as both faces show them; ``with_text``: each with
+    the memory's text as that version left it (the write API's ``?include=text``)."""
     versions = await q.list_versions(pool, workspace_id, memory_id)
     return {
         "data": [
@@ -127,6 +130,7 @@ async def versions_body(pool: asyncpg.Pool, workspace_id: str, memory_id: str) -
                 "path": ver.path,
                 "status": ver.status,
                 "created_at": iso(ver.created_at),
+                **({"text": ver.text} if with_text else {}),
             }
             for ver in versions
         ]
@@ -136,10 +140,14 @@ async def versions_body(pool: asyncpg.Pool, workspace_id: str, memory_id: str) -
 async def list_versions(request: web.Request) -> web.Response:
     principal = principal_of(request)
     memory_id = request.match_info["memory_id"]
+    include = request.query.get("include", "")
+    if include not in ("", "text"):
+        raise bad_request(f"include may only be 'text', got {include!r}", param="include")
     pool = request.app[POOL]
     if await q.get_readable(pool, principal, memory_id) is None:
         raise not_found(f"Memory {memory_id!r} not found")
-    return json_response(await versions_body(pool, principal.workspace_id, memory_id))
+    body = await versions_body(pool, principal.workspace_id, memory_id, with_text=bool(include))
+    return json_response(body)
 
 
 async def get_media(request: web.Request) -> web.Response:

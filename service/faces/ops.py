@@ -78,6 +78,10 @@ PAGE_HEADERS = {
 STATIC_FILES = {
     "app.js": "text/javascript",
     "app.css": "text/css",
+    # uPlot 1.6.32 (MIT, uPlot.LICENSE.txt): the Overview's charts, served from here.
+    "uPlot.iife.min.js": "text/javascript",
+    "uPlot.min.css": "text/css",
+    "uPlot.LICENSE.txt": "text/plain",
 }
 
 

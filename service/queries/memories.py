@@ -71,6 +71,7 @@ class Version:
     path: str | None
     status: str
     created_at: datetime
+    text: str | None
 
 
 # A memory's last_used_at, for a row ``m`` of memories: the later of its own column (set
@@ -464,7 +465,7 @@ async def add_version(
 
 
 SELECT_VERSIONS = """
-SELECT id, operation, actor, content_sha256, path, status, created_at
+SELECT id, operation, actor, content_sha256, path, status, created_at, text
 FROM memory_versions WHERE workspace_id = $1 AND memory_id = $2
 ORDER BY id DESC
 """

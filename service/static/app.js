@@ -106,6 +106,67 @@ async function browse(fresh) {
   }
 }
 
+// --- versions as diffs -------------------------------------------------------------------
+
+// Words and the spaces between them, so a diff keeps the text's own spacing.
+function tokens(text) {
+  return (text || "").split(/(\s+)/).filter((t) => t !== "");
+}
+
+// A word-level diff (longest common subsequence): [{op: "same"|"del"|"ins", text}].
+function diff(before, after) {
+  const a = tokens(before);
+  const b = tokens(after);
+  if (a.length * b.length > 4e6) return [{ op: "del", text: before }, { op: "ins", text: after }];
+  const common = Array.from({ length: a.length + 1 }, () => new Uint32Array(b.length + 1));
+  for (let i = a.length - 1; i >= 0; i--) {
+    for (let j = b.length - 1; j >= 0; j--) {
+      common[i][j] = a[i] === b[j]
+        ? common[i + 1][j + 1] + 1
+        : Math.max(common[i + 1][j], common[i][j + 1]);
+    }
+  }
+  const parts = [];
+  const push = (op, text) => {
+    const last = parts[parts.length - 1];
+    if (last && last.op === op) last.text += text; else parts.push({ op, text });
+  };
+  let i = 0;
+  let j = 0;
+  while (i < a.length && j < b.length) {
+    if (a[i] === b[j]) { push("same", a[i]); i++; j++; }
+    else if (common[i + 1][j] >= common[i][j + 1]) push("del", a[i++]);
+    else push("ins", b[j++]);
+  }
+  while (i < a.length) push("del", a[i++]);
+  while (j < b.length) push("ins", b[j++]);
+  return parts;
+}
+
+function diffNode(before, after) {
+  const node = el("p", null, "diff");
+  for (const part of diff(before, after)) {
+    node.append(part.op === "same" ? document.createTextNode(part.text) : el(part.op, part.text));
+  }
+  return node;
+}
+
+// Versions newest first, each with what it changed in the text against the one before.
+function versionList(list, versions) {
+  list.replaceChildren();
+  versions.forEach((v, k) => {
+    const older = versions[k + 1];
+    const li = el("li");
+    li.append(el("span", `${v.created_at} · ${v.operation} · ${v.status} · ${v.actor || "?"}`));
+    if (v.text !== undefined) {
+      if (!older) li.append(diffNode("", v.text));
+      else if (older.text !== v.text) li.append(diffNode(older.text, v.text));
+      else li.append(el("p", "text unchanged", "hint"));
+    }
+    list.append(li);
+  });
+}
+
 // --- detail ------------------------------------------------------------------------------
 
 async function openDetail(id) {
@@ -113,7 +174,7 @@ async function openDetail(id) {
   try {
     const [m, versions] = await Promise.all([
       api("GET", `/api/v1/memories/${encodeURIComponent(id)}`),
-      api("GET", `/api/v1/memories/${encodeURIComponent(id)}/versions`),
+      api("GET", `/api/v1/memories/${encodeURIComponent(id)}/versions?include=text`),
     ]);
     current = m;
     $("detail").hidden = false;
@@ -131,11 +192,7 @@ async function openDetail(id) {
     }
     $("archive").hidden = m.status !== "active";
     $("restore").hidden = m.status === "active";
-    const list = $("versions");
-    list.replaceChildren();
-    for (const v of versions.data) {
-      list.append(el("li", `${v.created_at} · ${v.operation} · ${v.status} · ${v.actor || "?"}`));
-    }
+    versionList($("versions"), versions.data);
   } catch (err) {
     if (err.status === 401) return showLogin(err.message);
     $("detail").hidden = false;
@@ -186,6 +243,242 @@ async function search() {
   }
 }
 
+// --- stores: path tree, file, edit under the sha256 precondition -------------------------
+
+const STORES = "/api/v1/forward/memory_stores";
+let openStore = null;
+let openFile = null;
+
+// Every item of a Memory Store list, page after page (has_more / last_id).
+async function allPages(path) {
+  const items = [];
+  let after = null;
+  do {
+    const params = new URLSearchParams({ limit: "100" });
+    if (after) params.set("after_id", after);
+    const page = await api("GET", `${path}?${params}`);
+    items.push(...page.data);
+    after = page.has_more ? page.last_id : null;
+  } while (after);
+  return items;
+}
+
+function fileUrl(memoryId) {
+  return `${STORES}/${encodeURIComponent(openStore.id)}/memories/${encodeURIComponent(memoryId)}`;
+}
+
+async function loadStores() {
+  $("stores-error").textContent = "";
+  try {
+    const stores = await allPages(STORES);
+    const list = $("store-list");
+    list.replaceChildren();
+    for (const store of stores) {
+      const button = el("button", store.name);
+      button.dataset.id = store.id;
+      button.addEventListener("click", () => openStoreTree(store));
+      const li = el("li");
+      li.append(button);
+      list.append(li);
+    }
+    const again = openStore && stores.find((s) => s.id === openStore.id);
+    if (again || stores.length) await openStoreTree(again || stores[0]);
+  } catch (err) {
+    if (err.status === 401) return showLogin(err.message);
+    $("stores-error").textContent = err.message;
+  }
+}
+
+// Paths split at "/" into folders (kept open) and files.
+function buildTree(files) {
+  const root = { dirs: new Map(), files: [] };
+  for (const file of files) {
+    const parts = file.path.split("/").filter(Boolean);
+    let node = root;
+    for (const dir of parts.slice(0, -1)) {
+      if (!node.dirs.has(dir)) node.dirs.set(dir, { dirs: new Map(), files: [] });
+      node = node.dirs.get(dir);
+    }
+    node.files.push({ name: parts[parts.length - 1] || file.path, file });
+  }
+  return root;
+}
+
+function treeNodes(node) {
+  const items = [];
+  for (const [name, child] of node.dirs) {
+    const li = el("li");
+    li.setAttribute("role", "treeitem");
+    const folder = document.createElement("details");
+    folder.open = true;
+    const group = el("ul");
+    group.setAttribute("role", "group");
+    group.append(...treeNodes(child));
+    folder.append(el("summary", `${name}/`), group);
+    li.append(folder);
+    items.push(li);
+  }
+  for (const { name, file } of node.files) {
+    const li = el("li");
+    li.setAttribute("role", "treeitem");
+    const button = el("button", name);
+    button.dataset.path = file.path;
+    button.title = file.path;
+    button.addEventListener("click", () => openFileView(file.id));
+    li.append(button);
+    items.push(li);
+  }
+  return items;
+}
+
+async function openStoreTree(store) {
+  openStore = store;
+  openFile = null;
+  $("file").hidden = true;
+  for (const b of $("store-list").querySelectorAll("button")) {
+    b.setAttribute("aria-current", String(b.dataset.id === store.id));
+  }
+  $("tree-title").textContent = `Files of ${store.name}`;
+  try {
+    const files = await allPages(`${STORES}/${encodeURIComponent(store.id)}/memories`);
+    $("file-tree").replaceChildren(...treeNodes(buildTree(files)));
+    $("tree-empty").hidden = files.length > 0;
+  } catch (err) {
+    if (err.status === 401) return showLogin(err.message);
+    $("stores-error").textContent = err.message;
+  }
+}
+
+async function openFileView(memoryId) {
+  $("file-error").textContent = "";
+  $("file-status").textContent = "";
+  try {
+    const [file, versions] = await Promise.all([
+      api("GET", fileUrl(memoryId)),
+      api("GET", `/api/v1/memories/${encodeURIComponent(memoryId)}/versions?include=text`),
+    ]);
+    openFile = file;
+    $("file").hidden = false;
+    $("file-path").textContent = file.path;
+    $("file-sha").textContent = file.content_sha256;
+    $("file-text").value = file.content;
+    versionList($("file-versions"), versions.data);
+    for (const b of $("file-tree").querySelectorAll("button")) {
+      b.setAttribute("aria-current", String(b.dataset.path === file.path));
+    }
+  } catch (err) {
+    if (err.status === 401) return showLogin(err.message);
+    $("file-error").textContent = err.message;
+  }
+}
+
+// Saved only if the stored content still has the sha256 shown: a change made elsewhere
+// since the file was opened is never overwritten.
+async function saveFile() {
+  if (!openFile) return;
+  $("file-error").textContent = "";
+  $("file-status").textContent = "";
+  const body = { content: $("file-text").value, content_sha256: openFile.content_sha256 };
+  try {
+    const saved = await api("POST", fileUrl(openFile.id), body);
+    await openFileView(saved.id);
+    $("file-status").textContent = "Saved.";
+  } catch (err) {
+    if (err.status === 401) return showLogin(err.message);
+    $("file-error").textContent = err.status === 409
+      ? `Not saved: the file changed since you opened it. Reopen it to see the change. (${err.message})`
+      : err.message;
+  }
+}
+
+// --- overview: charts of writes, the embedding queue and billed search units ---------------
+
+const PALETTE = ["#3b5bdb", "#e8590c", "#2f9e44", "#ae3ec9", "#1098ad", "#f08c00", "#c92a2a"];
+const charts = {};
+const queue = { at: [], waiting: [] };
+let queueTimer = null;
+
+function isoDay(ms) {
+  return new Date(ms).toISOString().slice(0, 10);
+}
+
+function chart(id, series, data, extra) {
+  const box = $(id);
+  if (charts[id]) charts[id].destroy();
+  box.replaceChildren();
+  if (typeof uPlot === "undefined") {
+    box.append(el("p", "The charting library did not load.", "hint"));
+    return;
+  }
+  const opts = { width: Math.max(280, box.clientWidth || 360), height: 200,
+    series: [{}, ...series], ...extra };
+  charts[id] = new uPlot(opts, data, box);
+}
+
+async function overview() {
+  $("overview-error").textContent = "";
+  const now = Date.now();
+  const days = Array.from({ length: 30 }, (_, k) => isoDay(now - (29 - k) * 864e5));
+  const at = days.map((d) => Date.parse(`${d}T00:00:00Z`) / 1000);
+  const index = new Map(days.map((d, k) => [d, k]));
+  const range = `from=${days[0]}&to=${days[days.length - 1]}`;
+  try {
+    const [written, usage] = await Promise.all([
+      api("GET", `/api/v1/activity?${range}`),
+      api("GET", `/api/v1/usage?${range}`),
+    ]);
+    const stores = [...new Set(written.data.map((r) => r.store))].sort();
+    const perStore = stores.map(() => days.map(() => 0));
+    for (const r of written.data) perStore[stores.indexOf(r.store)][index.get(r.day)] += r.written;
+    const totals = perStore.map((counts) => counts.reduce((a, b) => a + b, 0));
+    chart("chart-written", stores.map((name, k) => ({
+      label: name, stroke: PALETTE[k % PALETTE.length], width: 2, points: { show: true },
+    })), [at, ...perStore]);
+    const total = totals.reduce((a, b) => a + b, 0);
+    $("written-summary").textContent = `${total} memories written`
+      + (stores.length ? `: ${stores.map((s, k) => `${s} ${totals[k]}`).join(", ")}` : "");
+
+    const units = days.map(() => 0);
+    let billed = 0;
+    let searches = 0;
+    for (const r of usage.data) {
+      if (r.endpoint !== "search") continue;
+      units[index.get(r.day)] += r.units;
+      billed += r.units;
+      searches += r.requests;
+    }
+    chart("chart-units", [{ label: "search units", stroke: "#2f9e44",
+      fill: "rgba(47, 158, 68, 0.3)", paths: uPlot.paths.bars({ size: [0.6, 40] }) }], [at, units]);
+    $("units-summary").textContent = `${searches} searches, ${billed.toFixed(1)} units billed`;
+  } catch (err) {
+    if (err.status === 401) return showLogin(err.message);
+    $("overview-error").textContent = err.message;
+  }
+  await sampleQueue();
+  if (!queueTimer) queueTimer = setInterval(sampleQueue, 5000);
+}
+
+async function sampleQueue() {
+  if ($("panel-overview").hidden) {
+    clearInterval(queueTimer);
+    queueTimer = null;
+    return;
+  }
+  try {
+    const body = await (await fetch("/readyz")).json();
+    const waiting = Number(body.embeddingQueue || 0);
+    queue.at.push(Date.now() / 1000);
+    queue.waiting.push(waiting);
+    if (queue.at.length > 120) { queue.at.shift(); queue.waiting.shift(); }
+    if (charts["chart-queue"]) charts["chart-queue"].setData([queue.at, queue.waiting]);
+    else chart("chart-queue", [{ label: "waiting", stroke: "#e8590c", width: 2,
+      points: { show: true } }], [queue.at, queue.waiting]);
+    $("queue-summary").textContent = `${waiting} waiting now (service ${body.status})`;
+  } catch (err) {
+    $("queue-summary").textContent = `The queue could not be read: ${err.message}`;
+  }
+}
+
 // --- wiring ------------------------------------------------------------------------------
 
 function selectTab(name) {
@@ -194,6 +487,8 @@ function selectTab(name) {
     tab.setAttribute("aria-selected", String(on));
     $(`panel-${tab.dataset.panel}`).hidden = !on;
   }
+  if (name === "stores") loadStores();
+  if (name === "overview") overview();
 }
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -213,6 +508,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("archive").addEventListener("click", () => setStatus("archived"));
   $("restore").addEventListener("click", () => setStatus("active"));
   $("search-form").addEventListener("submit", (e) => { e.preventDefault(); search(); });
+  $("file-edit").addEventListener("submit", (e) => { e.preventDefault(); saveFile(); });
   for (const tab of document.querySelectorAll("[role=tab]")) {
     tab.addEventListener("click", () => selectTab(tab.dataset.panel));
   }

@@ -1,0 +1,102 @@
+"""``GET /api/v1/activity`` (memories written per day and store) and versions with their
+text (``?include=text``): the two reads behind the page's Overview and diffs, each held to
+the readability rule with two keys that see different things."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import asyncpg
+import pytest
+
+from tests.helpers import ADMIN, Client, auth, make_key, make_member
+
+
+async def _write(client: Client, body: dict[str, Any]) -> str:
+    resp = await client.post("/api/v1/memories", json=body, headers=ADMIN)
+    assert resp.status == 201, await resp.text()
+    memory_id: str = (await resp.json())["id"]
+    return memory_id
+
+
+async def _activity(client: Client, key: dict[str, str], query: str = "") -> Any:
+    resp = await client.get(f"/api/v1/activity{query}", headers=key)
+    assert resp.status == 200, await resp.text()
+    return (await resp.json())["data"]
+
+
+async def test_written_per_day_and_store_counts_what_the_key_may_read(
+    client: Client, conn: asyncpg.Connection
+) -> None:
+    resp = await client.post("/api/v1/forward/memory_stores", json={"name": "ops"}, headers=ADMIN)
+    assert resp.status == 201
+    await make_member(client, "alice")
+    alice = auth(await make_key(client, kind="personal", member="alice", scopes=["memory:read"]))
+    for text in ("one", "two"):
+        await _write(client, {"text": f"default {text}"})
+    await _write(client, {"text": "ops note", "store": "ops"})
+    hidden = await _write(client, {"text": "bob only", "scope": "pair:bob:bot"})
+    # Written three days ago (as a sync would date it): its own day.
+    old = await _write(client, {"text": "from before"})
+    when = datetime.now(UTC) - timedelta(days=3)
+    await conn.execute("UPDATE memories SET created_at = $1 WHERE id = $2", when, old)
+    today, then = datetime.now(UTC).date().isoformat(), when.date().isoformat()
+
+    assert await _activity(client, ADMIN) == [
+        {"day": then, "store": "default", "written": 1},
+        {"day": today, "store": "default", "written": 3},
+        {"day": today, "store": "ops", "written": 1},
+    ]
+    # Alice cannot read bob's pair: it is not in her count, nor anywhere in the answer.
+    mine = await _activity(client, alice)
+    assert {"day": today, "store": "default", "written": 2} in mine
+    assert hidden not in str(mine)
+    # A deleted memory still counts (it was written that day); a range leaves days out.
+    await client.delete(f"/api/v1/memories/{hidden}", headers=ADMIN)
+    assert await _activity(client, ADMIN, f"?from={today}") == [
+        {"day": today, "store": "default", "written": 3},
+        {"day": today, "store": "ops", "written": 1},
+    ]
+    assert await _activity(client, ADMIN, f"?from={then}&to={then}") == [
+        {"day": then, "store": "default", "written": 1}
+    ]
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["?from=yesterday", "?to=2026-13-01", "?from=2026-02-01&to=2026-01-01",
+     "?from=2024-01-01&to=2026-01-01", "?from=20260101"],
+)  # fmt: skip
+async def test_a_bad_range_is_a_400(client: Client, query: str) -> None:
+    resp = await client.get(f"/api/v1/activity{query}", headers=ADMIN)
+    assert resp.status == 400, await resp.text()
+    assert (await resp.json())["error"]["type"] == "invalid_request_error"
+
+
+async def test_versions_carry_their_text_only_when_asked_and_only_for_readers(
+    client: Client,
+) -> None:
+    await make_member(client, "alice")
+    alice = auth(await make_key(client, kind="personal", member="alice", scopes=["memory:read"]))
+    shared = await _write(client, {"text": "The tea is green."})
+    resp = await client.patch(
+        f"/api/v1/memories/{shared}", json={"text": "The tea is black."}, headers=ADMIN
+    )
+    assert resp.status == 200
+    plain = await (await client.get(f"/api/v1/memories/{shared}/versions", headers=ADMIN)).json()
+    assert all("text" not in v for v in plain["data"])  # the SPEC's shape, unless asked
+    resp = await client.get(f"/api/v1/memories/{shared}/versions?include=text", headers=alice)
+    assert resp.status == 200
+    body = await resp.json()
+    assert [v["text"] for v in body["data"]] == ["The tea is black.", "The tea is green."]
+    assert [{k: v for k, v in ver.items() if k != "text"} for ver in body["data"]] == plain["data"]
+
+    secret = await _write(client, {"text": "bob's draft", "scope": "pair:bob:bot"})
+    resp = await client.get(f"/api/v1/memories/{secret}/versions?include=text", headers=alice)
+    assert resp.status == 404
+    assert "bob's draft" not in await resp.text()
+
+    resp = await client.get(f"/api/v1/memories/{shared}/versions?include=content", headers=ADMIN)
+    assert resp.status == 400
+    assert (await resp.json())["error"]["type"] == "invalid_request_error"
