@@ -35,7 +35,7 @@ STEPS = {
 QUICK = {
     "mem0": ["--stores", "conv-30"],
     "write": ["--singles", "300", "--total", "1300", "--lag-seconds", "5"],
-    "search": ["--queries", "50", "--seconds", "5"],
+    "search": ["--levels", "100000", "--queries", "50", "--seconds", "5"],
     "load": ["--quick"],
 }
 # The search benchmark's last run before issue 12's work (its CPU-per-search and 16-client
@@ -59,6 +59,8 @@ def run_baseline(quick: bool) -> float:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="mneme-baseline-") as tmp:
         tree = Path(tmp) / "tree"
+        # Beside the checkout, as beside this one: ../shared holds the data it reads.
+        (Path(tmp) / "shared").symlink_to(ROOT.parent / "shared")
         subprocess.run(["git", "worktree", "add", "--detach", str(tree), BASELINE], cwd=ROOT,
                        check=True)  # fmt: skip
         try:
@@ -73,23 +75,17 @@ def run_baseline(quick: bool) -> float:
     return time.monotonic() - started
 
 
-def baseline_search() -> dict[str, Any] | None:
-    """BASELINE's search figures: measured in this run where it ran (``--baseline``), else
-    as committed at BASELINE (another machine); None without either."""
+def baseline_search() -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """BASELINE's search figures: (measured in this run with ``--baseline``, as committed at
+    BASELINE on another machine); either may be missing."""
     same_run = RESULTS / "search-baseline.json"
-    if same_run.exists():
-        result: dict[str, Any] = json.loads(same_run.read_text())
-        result["same_run"] = True
-        return result
+    here = json.loads(same_run.read_text()) if same_run.exists() else None
     shown = subprocess.run(
         ["git", "show", f"{BASELINE}:bench/results/search.json"], cwd=ROOT,
         capture_output=True, text=True,
     )  # fmt: skip
-    if shown.returncode != 0:
-        return None
-    result = json.loads(shown.stdout)
-    result["same_run"] = False
-    return result
+    committed = json.loads(shown.stdout) if shown.returncode == 0 else None
+    return here, committed
 
 
 def load(name: str) -> dict[str, Any]:
@@ -97,7 +93,14 @@ def load(name: str) -> dict[str, Any]:
     return result
 
 
+def _ran_at(name: str) -> str:
+    return f"_Run {load(name)['machine']['date']}._"
+
+
 def report(ran: dict[str, float], quick: bool) -> str:
+    """Every step's latest results; the steps of this run and their times in the header,
+    and each section's own date (a step not run here keeps its last run's figures)."""
+    present = {n for n in STEPS if (RESULTS / f"{n}.json").exists()}
     m = machine()
     lines = [
         f"# Speed report, {m['date'][:10]}",
@@ -110,15 +113,23 @@ def report(ran: dict[str, float], quick: bool) -> str:
         "Command: `.venv/bin/python -m bench"
         + (" --quick`" if quick else "`")
         + "; steps "
-        + ", ".join(f"{n} ({s / 60:.1f} min)" for n, s in ran.items())
-        + ".",
+        + (", ".join(f"{n} ({s / 60:.1f} min)" for n, s in ran.items()) or "none (a report only)")
+        + "."
+        + (
+            f" Sections of steps not run here ({', '.join(sorted(present - set(ran)))}) show "
+            "their last run's figures, dated."
+            if present - set(ran)
+            else ""
+        ),
         "",
     ]
-    if "mem0" in ran:
+    if "mem0" in present:
         r = load("mem0")
         z, n, ratio = r["mem0"], r["mneme"], r["ratios"]
         lines += [
             "## Against mem0 2.2.1 (bench.mem0_bench: same data, weights, machine, PostgreSQL)",
+            "",
+            _ran_at("mem0"),
             "",
             f"LoCoMo {', '.join(r['stores'])}: {r['turns']} turns, {r['questions']} questions "
             "(categories 1-4), the two sides interleaved per operation.",
@@ -134,23 +145,30 @@ def report(ran: dict[str, float], quick: bool) -> str:
             f"| recall@10 | {n['recall_at_10']} | {z['recall_at_10']} | | above mem0 |",
             "",
         ]
-    if "write" in ran:
+    if "write" in present:
         w = load("write")["writes"]
         lines += [
             "## Writes (bench.write_bench, HTTP, worker off)",
+            "",
+            _ran_at("write"),
             "",
             f"Batch of 100: **{w['batch_per_memory_ms']} ms per memory** (target ≤ 0.5); "
             f"batch p50 {w['batch_of_100_write']['p50_ms']} ms; single write p50 "
             f"{w['single_write']['p50_ms']} ms.",
             "",
         ]
-    if "search" in ran:
+    if "search" in present:
         s = load("search")
-        before = baseline_search()
+        lines += ["## Search (bench.search_bench)", "", _ran_at("search"), ""]
+        here, committed = baseline_search()
         for level, figures in s["levels"].items():
-            then = (before or {}).get("levels", {}).get(level)
+            # This machine's baseline where it ran at this level, else the committed one
+            # (marked: another machine).
+            then, mark = (here or {}).get("levels", {}).get(level), ""
+            if then is None:
+                then, mark = (committed or {}).get("levels", {}).get(level), " †"
             lines += [
-                f"## Search at {int(level):,} memories (bench.search_bench)",
+                f"### {int(level):,} memories",
                 "",
                 "| store | p50 ms | floor p50 ms | search / floor | 16 clients: searches/s "
                 f"(/ {BASELINE}'s) | CPU ms per search (/ {BASELINE}'s; target ≤ 0.5) |",
@@ -162,8 +180,8 @@ def report(ran: dict[str, float], quick: bool) -> str:
                 qps, cpu = t["searches_per_s"], t["cpu_ms_per_search"]["total"]
                 if then is not None:
                     old = then[key]["throughput"]
-                    qps_vs = f" ({qps / old['searches_per_s']:.2f}x)"
-                    cpu_vs = f" ({cpu / old['cpu_ms_per_search']['total']:.2f}x)"
+                    qps_vs = f" ({qps / old['searches_per_s']:.2f}x{mark})"
+                    cpu_vs = f" ({cpu / old['cpu_ms_per_search']['total']:.2f}x{mark})"
                 else:
                     qps_vs = cpu_vs = ""
                 lines.append(
@@ -171,25 +189,24 @@ def report(ran: dict[str, float], quick: bool) -> str:
                     f"| {f['ratio_p50_search_over_floor']} | {qps}{qps_vs} | {cpu}{cpu_vs} |"
                 )
             lines.append("")
-        if before is not None and before["same_run"]:
+        if here is not None:
             lines += [
-                f"{BASELINE}'s figures: its own search benchmark, run in this run on this "
-                f"machine (levels {', '.join(before['levels'])}); a level it did not run is "
-                "compared with nothing.",
+                f"{BASELINE}'s figures: its own search benchmark, run beside this one on this "
+                f"machine (`--baseline`, levels {', '.join(here['levels'])}).",
                 "",
             ]
-        elif before is not None:
-            b = before["machine"]
+        if committed is not None:
+            b = committed["machine"]
             lines += [
-                f"{BASELINE}'s figures: as committed, from {b['cpu']}, {b['cores']} cores "
-                f"({b['date'][:10]}); a ratio across two machines is a guide, not a same-run "
-                "measurement (`--baseline` measures it here).",
+                f"†: {BASELINE}'s figures as committed, from {b['cpu']}, {b['cores']} cores "
+                f"({b['date'][:10]}): a ratio across two machines is a guide, not a same-run "
+                "measurement.",
                 "",
             ]
-    if "load" in ran:
+    if "load" in present:
         r = load("load")
         top = r["sustained"]
-        lines += ["## Load (bench.load, Locust, headless)", ""]
+        lines += ["## Load (bench.load, Locust, headless)", "", _ran_at("load"), ""]
         if top is None:
             lines += ["No step passed (p99 < 250 ms, no errors).", ""]
         else:
@@ -221,7 +238,8 @@ def main() -> None:
     unknown = skipped - set(STEPS)
     if unknown:
         parser.error(f"unknown steps: {', '.join(sorted(unknown))}")
-    (RESULTS / "search-baseline.json").unlink(missing_ok=True)
+    if "search" not in skipped:  # the baseline pairs with the search run it ran beside
+        (RESULTS / "search-baseline.json").unlink(missing_ok=True)
     ran = {name: run_step(name, args.quick) for name in STEPS if name not in skipped}
     if args.baseline and "search" in ran:
         ran["baseline"] = run_baseline(args.quick)
