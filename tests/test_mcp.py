@@ -67,6 +67,8 @@ async def test_the_tools_an_agent_sees(client: HttpClient) -> None:
         assert schema["remember"]["required"] == ["text"]
         assert set(schema["remember"]["properties"]) == {"text", "store", "speaker", "fact_type"}
         assert set(schema["recall"]["properties"]) == {"query", "store", "max_results", "verify"}
+        max_results = json.dumps(schema["recall"]["properties"]["max_results"])
+        assert '"minimum": 5' in max_results and '"maximum": 20' in max_results
         assert set(schema["browse"]["properties"]) == {"store", "search", "limit"}
         assert schema["forget"]["required"] == ["memory_id"]
         assert set(schema["list_files"]["required"]) == {"store"}
@@ -102,6 +104,8 @@ async def test_a_store_that_does_not_exist_is_a_tool_error(client: HttpClient) -
         text = await refused(agent, "remember", text="Lost note.", store="nowhere")
         assert "404" in text and "nowhere" in text
         assert "404" in await refused(agent, "recall", query="anything", store="nowhere")
+        # Out of the search contract's range (5-20): a tool error.
+        assert (await agent.call_tool("recall", {"query": "x", "max_results": 2})).is_error
 
 
 async def test_files_are_read_and_written_under_the_sha256_precondition(

@@ -11,6 +11,7 @@ own message, and changes nothing.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Awaitable
 from typing import Annotated, Any, TypeVar
@@ -113,7 +114,9 @@ def build_server(client: AsyncMneme, default_store: str = "default") -> MCPServe
     async def recall(
         query: Annotated[str, Field(description="What you want to know, as a question")],
         store: Store = None,
-        max_results: Annotated[int | None, Field(ge=1, le=100)] = None,
+        max_results: Annotated[
+            int | None, Field(ge=5, le=20, description="How many memories (5-20; default 10)")
+        ] = None,
         verify: Annotated[
             int | None, Field(ge=0, le=3, description="Extra retrieval passes (slower, deeper)")
         ] = None,
@@ -200,6 +203,8 @@ def build_server(client: AsyncMneme, default_store: str = "default") -> MCPServe
 
 def main() -> None:
     """The ``mneme-mcp`` console script: the server on stdin/stdout."""
+    # stdout is the protocol; httpx's line per request would only crowd the client's log.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     client = AsyncMneme(os.environ.get("MNEME_API_KEY"), os.environ.get("MNEME_URL"))
     build_server(client, os.environ.get("MNEME_STORE") or "default").run("stdio")
 
