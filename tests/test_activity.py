@@ -4,12 +4,16 @@ the readability rule with two keys that see different things."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
 import pytest
 
+from service import db
+from service.queries import tenancy, usage
+from service.settings import Settings
 from tests.helpers import ADMIN, Client, auth, make_key, make_member
 
 
@@ -100,3 +104,35 @@ async def test_versions_carry_their_text_only_when_asked_and_only_for_readers(
     resp = await client.get(f"/api/v1/memories/{shared}/versions?include=content", headers=ADMIN)
     assert resp.status == 400
     assert (await resp.json())["error"]["type"] == "invalid_request_error"
+
+
+async def test_a_usage_read_waits_for_the_flush_already_in_flight(db_url: str) -> None:
+    """The Overview read 0 searches once: the background flush had taken the pending units
+    and not yet committed, so the read's own flush found nothing and read too early. A
+    flush now returns only once every unit added before it is written."""
+    pool = await db.create_pool(db_url, Settings(database_url=db_url, pool_min=1, pool_max=3))
+    blocker = await asyncpg.connect(db_url)
+    try:
+        async with pool.acquire() as conn:
+            ws = await tenancy.create_workspace(conn, "metered", "scale")
+        assert ws is not None
+        meter = usage.Meter()
+        meter.add(ws.id, "search", 1.0)
+        await meter.flush(pool)  # the day's row exists
+        # Another transaction holds that row: the next flush's upsert waits for it.
+        await blocker.execute("BEGIN")
+        await blocker.execute("SELECT 1 FROM usage_daily WHERE workspace_id = $1 FOR UPDATE", ws.id)
+        meter.add(ws.id, "search", 2.5)
+        in_flight = asyncio.create_task(meter.flush(pool))
+        await asyncio.sleep(0.2)
+        reader = asyncio.create_task(meter.flush(pool))  # what GET /api/v1/usage does
+        await asyncio.sleep(0.3)
+        assert not reader.done()  # it waits for the flush in flight, not for nothing
+        await blocker.execute("COMMIT")
+        await asyncio.wait_for(asyncio.gather(in_flight, reader), 10)
+        today = datetime.now(UTC).date()
+        [day] = await usage.days(pool, ws.id, today, today)
+        assert (day.requests, day.units) == (2, 3.5)
+    finally:
+        await blocker.close()
+        await pool.close()

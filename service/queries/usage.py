@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -31,12 +32,20 @@ class Meter:
 
     def __init__(self) -> None:
         self.pending: dict[tuple[str, str], tuple[int, float]] = {}
+        # One flush at a time: a flush that returns has every unit added before it
+        # written, including those a flush already in flight had taken (GET
+        # /api/v1/usage flushes, then reads; it must not read before that commit).
+        self._flushing = asyncio.Lock()
 
     def add(self, workspace_id: str, endpoint: str, units: float) -> None:
         requests, total = self.pending.get((workspace_id, endpoint), (0, 0.0))
         self.pending[workspace_id, endpoint] = (requests + 1, total + units)
 
     async def flush(self, conn: Conn) -> None:
+        async with self._flushing:
+            await self._flush(conn)
+
+    async def _flush(self, conn: Conn) -> None:
         batch, self.pending = self.pending, {}
         if not batch:
             return
