@@ -262,7 +262,8 @@ async def janitor(app: web.Application) -> AsyncIterator[None]:
     async def indexes() -> None:
         while True:
             try:
-                await store_indexes.reconcile(app[DATABASE_URL], settings.store_index_min)
+                if await store_indexes.due(app[POOL], settings.store_index_min):
+                    await store_indexes.reconcile(app[DATABASE_URL], settings.store_index_min)
             except Exception as exc:
                 app[OUTAGE].note(exc, log, "store index pass failed; will retry")
             await asyncio.sleep(JANITOR_INTERVAL_S)

@@ -88,6 +88,13 @@ class Changes:
     dropped: list[str]
 
 
+async def due(conn: asyncpg.Connection | asyncpg.Pool, min_docs: int) -> bool:
+    """Whether ``reconcile`` has anything to do (a pooled connection answers: the pass
+    opens its own only then, not once a minute on every instance)."""
+    wanted = f"EXISTS ({WANTED})" if min_docs > 0 else "false"
+    return bool(await conn.fetchval(f"SELECT EXISTS ({UNWANTED}) OR {wanted}", min_docs))
+
+
 async def reconcile(url: str, min_docs: int) -> Changes | None:
     """Drop the indexes no store needs, then build the one the largest store without one
     needs. ``None``: another instance is at it (nothing done here)."""

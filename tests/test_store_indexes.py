@@ -153,8 +153,13 @@ async def test_turning_the_feature_off_drops_every_own_index(
     ws, big, _ = await _stores(conn)
     await _fill(conn, ws, big, "mem_big", 30)
     name = store_indexes.index_name(ws, big)
+    assert not await store_indexes.due(conn, 0) and not await store_indexes.due(conn, 50)
+    assert await store_indexes.due(conn, 20)  # the pass opens its own connection only now
     assert await store_indexes.reconcile(db_url, 20) == store_indexes.Changes([name], [])
+    assert not await store_indexes.due(conn, 20)
+    assert await store_indexes.due(conn, 0)  # off: the index is to be dropped
     assert await store_indexes.reconcile(db_url, 0) == store_indexes.Changes([], [name])
+    assert not await store_indexes.due(conn, 0)
     assert await conn.fetchval(INDEXDEF, name) is None
 
 

@@ -57,12 +57,17 @@ FileStore = Annotated[str, Field(description="Store name or id")]
 Path = Annotated[str, Field(description="The file's path in the store, e.g. notes/todo.md")]
 
 
+def _tool_error(exc: MnemeError, hint: str = "") -> ToolError:
+    """The API's refusal as a tool error: its status, type and message (and a hint)."""
+    return ToolError(f"{exc.status} {exc.type}: {exc.message}{hint}")
+
+
 async def _call(action: Awaitable[T]) -> T:
-    """The API's answer, or its refusal as a tool error (status, type and message)."""
+    """The API's answer, or its refusal as a tool error."""
     try:
         return await action
     except MnemeError as exc:
-        raise ToolError(f"{exc.status} {exc.type}: {exc.message}") from exc
+        raise _tool_error(exc) from exc
 
 
 def _memory(m: Memory) -> dict[str, Any]:
@@ -141,7 +146,7 @@ def build_server(client: AsyncMneme, default_store: str = "default") -> MCPServe
                 if len(found) == limit:
                     break
         except MnemeError as exc:
-            raise ToolError(f"{exc.status} {exc.type}: {exc.message}") from exc
+            raise _tool_error(exc) from exc
         return found
 
     @server.tool(description=DESCRIPTIONS["forget"])
@@ -159,7 +164,7 @@ def build_server(client: AsyncMneme, default_store: str = "default") -> MCPServe
         try:
             return [_file(f) async for f in client.stores.list_memories(store, path_prefix)]
         except MnemeError as exc:
-            raise ToolError(f"{exc.status} {exc.type}: {exc.message}") from exc
+            raise _tool_error(exc) from exc
 
     @server.tool(description=DESCRIPTIONS["read_file"])
     async def read_file(store: FileStore, path: Path) -> dict[str, Any]:
@@ -190,12 +195,10 @@ def build_server(client: AsyncMneme, default_store: str = "default") -> MCPServe
                 store, found.id, content=content, content_sha256=expected_sha256
             )
         except NotFoundError as exc:  # deleted meanwhile
-            raise ToolError(f"{exc.status} {exc.type}: {exc.message}") from exc
+            raise _tool_error(exc) from exc
         except MnemeError as exc:
-            raise ToolError(
-                f"{exc.status} {exc.type}: {exc.message}; nothing was written. Read the file "
-                "again, then write with its current sha256."
-            ) from exc
+            hint = "; nothing was written. Read the file again, then write with its current sha256."
+            raise _tool_error(exc, hint) from exc
         return _file(updated)
 
     return server
