@@ -26,7 +26,14 @@ from service.outage import RETRY_AFTER_S, is_rolled_back, is_unavailable
 from service.queries import keys
 from service.queries.keys import Principal
 from service.queries.ratelimit import Decision
-from service.state import METRICS, OUTAGE, POOL, RECENT_KEYS, ROUTE_SPECS, SETTINGS
+from service.state import (
+    METRICS,
+    OUTAGE,
+    PLANNED_ONCE_POOL,
+    RECENT_KEYS,
+    ROUTE_SPECS,
+    SETTINGS,
+)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -184,7 +191,7 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
         prefetch = asyncio.ensure_future(spec.prefetch(request))
     started = time.perf_counter()
     try:
-        found = await keys.authenticate_and_count(request.app[POOL], secret, limits)
+        found = await keys.authenticate_and_count(request.app[PLANNED_ONCE_POOL], secret, limits)
         phase(request, "auth", time.perf_counter() - started)
         if found is None:
             raise ApiError(401, "Invalid or revoked API key")

@@ -18,7 +18,7 @@ from service.middleware import principal_of
 from service.queries import idempotency
 from service.queries import memories as q
 from service.render import memory_object
-from service.state import POOL
+from service.state import PLANNED_ONCE_POOL, POOL
 
 _encoder = msgspec.json.Encoder()
 
@@ -34,7 +34,7 @@ async def create_memories(request: web.Request) -> web.Response:
     if key is not None and not (1 <= len(key) <= 255 and key.isascii() and key.isprintable()):
         raise bad_request("Idempotency-Key must be 1 to 255 printable ASCII characters")
     ctx = writes.WriteContext(principal)
-    async with request.app[POOL].acquire() as conn:
+    async with request.app[PLANNED_ONCE_POOL].acquire() as conn:
         if key is None:
             items, batch = writes.decode_items(raw)
             one = None if batch else await single.create(conn, ctx, items[0])
@@ -92,7 +92,7 @@ async def get_memory(request: web.Request) -> web.Response:
 async def patch_memory(request: web.Request) -> web.Response:
     body = await read_body(request, writes.MemoryPatch)
     ctx = writes.WriteContext(principal_of(request))
-    async with request.app[POOL].acquire() as conn, conn.transaction():
+    async with request.app[PLANNED_ONCE_POOL].acquire() as conn, conn.transaction():
         memory = await writes.patch(conn, ctx, request.match_info["memory_id"], body)
     return json_response(memory_object(memory))
 
@@ -104,7 +104,7 @@ async def delete_memory(request: web.Request) -> web.Response:
         raise bad_request("purge must be true or false", param="purge")
     ctx = writes.WriteContext(principal)
     memory_id = request.match_info["memory_id"]
-    async with request.app[POOL].acquire() as conn, conn.transaction():
+    async with request.app[PLANNED_ONCE_POOL].acquire() as conn, conn.transaction():
         if purge == "true":
             if "admin" not in principal.scopes:
                 raise forbidden("Purging a memory needs the 'admin' scope")

@@ -26,7 +26,7 @@ from service.queries import memories as q
 from service.queries import stores as sq
 from service.queries.keys import Principal
 from service.queries.memories import Memory, Store
-from service.state import POOL
+from service.state import PLANNED_ONCE_POOL, POOL
 
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 100
@@ -221,7 +221,7 @@ async def create_memory(request: web.Request) -> web.Response:
     item = writes.MemoryIn(
         text=body.content, path=body.path, metadata=body.metadata, store=store.id
     )
-    async with request.app[POOL].acquire() as conn, conn.transaction():
+    async with request.app[PLANNED_ONCE_POOL].acquire() as conn, conn.transaction():
         written = await writes.write(conn, ctx, item)
     return json_response(full_object(written.memory), status=201)
 
@@ -262,7 +262,7 @@ async def update_memory(request: web.Request) -> web.Response:
     store = await the_store(request)
     principal = principal_of(request)
     ctx = writes.WriteContext(principal)
-    async with request.app[POOL].acquire() as conn, conn.transaction():
+    async with request.app[PLANNED_ONCE_POOL].acquire() as conn, conn.transaction():
         memory = await _path_memory(
             conn, principal, store, request.match_info["memory_id"], for_update=True
         )
@@ -292,7 +292,7 @@ async def delete_memory(request: web.Request) -> web.Response:
     store = await the_store(request)
     principal = principal_of(request)
     ctx = writes.WriteContext(principal)
-    async with request.app[POOL].acquire() as conn, conn.transaction():
+    async with request.app[PLANNED_ONCE_POOL].acquire() as conn, conn.transaction():
         memory = await _path_memory(
             conn, principal, store, request.match_info["memory_id"], for_update=True
         )
