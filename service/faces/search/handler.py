@@ -89,7 +89,9 @@ async def _search(
     early: asyncio.Future[Vector] | None,
 ) -> web.Response:
     principal = principal_of(request)
-    pool = request.app[POOL]
+    # The store, its speaker and the cache are looked up by key: planned once
+    # (service.db.PLANNED_ONCE_SETTINGS).
+    pool = request.app[PLANNED_ONCE_POOL]
     held = request.app[SNAPSHOTS]
     started = time.perf_counter()
     # The lookup also says which scopes of the snapshot the store had last time the key
