@@ -70,8 +70,7 @@ POOL = web.AppKey("pool", asyncpg.Pool)
 # The database the pools connect to (for work that needs a connection of its own).
 DATABASE_URL = web.AppKey("database_url", str)
 # Connections that plan each statement once (generic plans), for statements whose best plan
-# never depends on their values (service.db.PLANNED_ONCE_SETTINGS): the key check and rate
-# limit, the write path, and the search of a store scanned exactly.
+# never depends on their values (service.db.PLANNED_ONCE_SETTINGS says which).
 PLANNED_ONCE_POOL = web.AppKey("planned_once_pool", asyncpg.Pool)
 # Small stores' vectors and postings in memory, for search (service.snapshots).
 SNAPSHOTS = web.AppKey("snapshots", Snapshots)
