@@ -280,9 +280,10 @@ async def measure(
                     "ratio_p50_search_over_floor": round(srv["p50_ms"] / floor_p50, 3),
                     "server_timing": {name: summary_ms(v) for name, v in phases.items()},
                 }  # fmt: skip
-            unseen = [questions[i] for i in order]
-            for kind in ("big", "small"):
-                out[kind]["throughput"] = await concurrent(server, level, kind, unseen, seconds)
+            unseen = unseen_variants([questions[i] for i in order], rng)
+            half = len(unseen) // 2
+            for kind, share in (("big", unseen[:half]), ("small", unseen[half:])):
+                out[kind]["throughput"] = await concurrent(server, level, kind, share, seconds)
             for kind in ("big", "small"):
                 qps = out[kind]["throughput"]["searches_per_s"]
                 out[kind]["throughput"]["ratio_to_bare_batch16"] = round(qps / bare_qps["16"], 3)
@@ -295,6 +296,20 @@ async def measure(
             )
     finally:
         await pool.close()
+    return out
+
+
+def unseen_variants(questions: list[str], rng: random.Random) -> list[str]:
+    """``questions``, then the same in lower case, then in upper case, each part shuffled:
+    three times as many texts the service has not seen, each costing what its original
+    costs and answered as it is (the model's tokenizer and to_tsvector both lower-case
+    their input: same vector, same lexemes). 1,557 LoCoMo questions last 16 clients
+    under 10 s; two concurrent phases of 10 s need more."""
+    out = list(questions)
+    for variant in (str.lower, str.upper):
+        part = [variant(q) for q in questions]
+        rng.shuffle(part)
+        out += part
     return out
 
 
