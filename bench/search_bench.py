@@ -280,9 +280,10 @@ async def measure(
                     "ratio_p50_search_over_floor": round(srv["p50_ms"] / floor_p50, 3),
                     "server_timing": {name: summary_ms(v) for name, v in phases.items()},
                 }  # fmt: skip
-            unseen = unseen_variants([questions[i] for i in order], rng)
-            half = len(unseen) // 2
-            for kind, share in (("big", unseen[:half]), ("small", unseen[half:])):
+            # Enough for each phase to last ``seconds`` at 600 searches/s.
+            need = int(600 * seconds)
+            unseen = unseen_variants([questions[i] for i in order], 2 * need)
+            for kind, share in (("big", unseen[:need]), ("small", unseen[need : 2 * need])):
                 out[kind]["throughput"] = await concurrent(server, level, kind, share, seconds)
             for kind in ("big", "small"):
                 qps = out[kind]["throughput"]["searches_per_s"]
@@ -299,17 +300,22 @@ async def measure(
     return out
 
 
-def unseen_variants(questions: list[str], rng: random.Random) -> list[str]:
-    """``questions``, then the same in lower case, then in upper case, each part shuffled:
-    three times as many texts the service has not seen, each costing what its original
-    costs and answered as it is (the model's tokenizer and to_tsvector both lower-case
-    their input: same vector, same lexemes). 1,557 LoCoMo questions last 16 clients
-    under 10 s; two concurrent phases of 10 s need more."""
-    out = list(questions)
-    for variant in (str.lower, str.upper):
-        part = [variant(q) for q in questions]
-        rng.shuffle(part)
-        out += part
+def unseen_variants(questions: list[str], needed: int) -> list[str]:
+    """At least ``needed`` texts the service has not seen: ``questions``, then copies of
+    them in other letter cases (every k-th letter upper-cased, the rest lower), each
+    costing what its original costs and answered as it is: the model's tokenizer and
+    to_tsvector both lower-case their input (same vector, same lexemes), while the
+    service's query-vector cache, keyed by the text, misses. 1,557 LoCoMo questions last
+    16 clients a few seconds; two concurrent phases of 10 s need more."""
+    out, seen = list(questions), set(questions)
+    k = 1
+    while len(out) < needed:
+        for q in questions:
+            variant = "".join(ch.upper() if i % k == 0 else ch.lower() for i, ch in enumerate(q))
+            if variant not in seen:
+                seen.add(variant)
+                out.append(variant)
+        k += 1
     return out
 
 
