@@ -114,3 +114,27 @@ def test_retry_after_is_when_the_estimate_first_admits_a_request(
     limit: int, current: int, previous: int, elapsed: float, expected: int
 ) -> None:
     assert ratelimit.retry_after(limit, current, previous, elapsed) == expected
+
+
+async def test_the_key_check_commits_its_count_without_a_disk_flush(
+    conn: asyncpg.Connection,
+) -> None:
+    # Every request's rate-limit hit is a write; it commits lazily (synchronous_commit off
+    # for its own transaction), and the session keeps its setting for what follows.
+    ws = await tenancy.create_workspace(conn, "lazy", "free")
+    assert ws is not None
+    _, secret = await keys.create_key(
+        conn, ws.id, kind="service", member=None, scopes=list(keys.SCOPES), name=None
+    )
+    limits = {"free": 60, "pro": 600, "scale": 6000}
+    assert await conn.fetchval("SHOW synchronous_commit") == "on"
+    async with conn.transaction():
+        found = await keys.authenticate_and_count(conn, secret, limits)
+        assert found is not None and found[1].allowed
+        assert await conn.fetchval("SHOW synchronous_commit") == "off"
+    assert await conn.fetchval("SHOW synchronous_commit") == "on"
+    counted = "SELECT sum(count) FROM rate_limit_counters WHERE workspace_id = $1"
+    assert await conn.fetchval(counted, ws.id) == 1
+    # An unknown key matches no row: nothing counted, and nothing changed for the session.
+    assert await keys.authenticate_and_count(conn, "wrong-" + secret, limits) is None
+    assert await conn.fetchval("SHOW synchronous_commit") == "on"
