@@ -117,15 +117,12 @@ def test_retry_after_is_when_the_estimate_first_admits_a_request(
 
 
 async def test_the_key_check_commits_its_count_without_a_disk_flush(
-    conn: asyncpg.Connection,
+    conn: asyncpg.Connection, db_url: str
 ) -> None:
     # Every request's rate-limit hit is a write; it commits lazily (synchronous_commit off
     # for its own transaction), and the session keeps its setting for what follows.
-    ws = await tenancy.create_workspace(conn, "lazy", "free")
-    assert ws is not None
-    _, secret = await keys.create_key(
-        conn, ws.id, kind="service", member=None, scopes=list(keys.SCOPES), name=None
-    )
+    secret = await free_workspace_key(db_url)
+    workspace_id = await keys.key_workspace(conn, secret)
     limits = {"free": 60, "pro": 600, "scale": 6000}
     assert await conn.fetchval("SHOW synchronous_commit") == "on"
     async with conn.transaction():
@@ -134,7 +131,7 @@ async def test_the_key_check_commits_its_count_without_a_disk_flush(
         assert await conn.fetchval("SHOW synchronous_commit") == "off"
     assert await conn.fetchval("SHOW synchronous_commit") == "on"
     counted = "SELECT sum(count) FROM rate_limit_counters WHERE workspace_id = $1"
-    assert await conn.fetchval(counted, ws.id) == 1
+    assert await conn.fetchval(counted, workspace_id) == 1
     # An unknown key matches no row: nothing counted, and nothing changed for the session.
     assert await keys.authenticate_and_count(conn, "wrong-" + secret, limits) is None
     assert await conn.fetchval("SHOW synchronous_commit") == "on"
