@@ -53,7 +53,7 @@ def run_step(name: str, quick: bool) -> float:
 
 
 def run_baseline(quick: bool) -> float:
-    """BASELINE's own search benchmark at its first level, on this machine, in this run
+    """BASELINE's own search benchmark at the search step's levels, on this machine, in this run
     (a checkout in a temporary git worktree, the same virtualenv): results/
     search-baseline.json, so the search figures' "x" columns compare like with like."""
     started = time.monotonic()
@@ -64,8 +64,9 @@ def run_baseline(quick: bool) -> float:
         subprocess.run(["git", "worktree", "add", "--detach", str(tree), BASELINE], cwd=ROOT,
                        check=True)  # fmt: skip
         try:
-            command = [sys.executable, "-m", "bench.search_bench", "--levels", "100000",
-                       *(QUICK["search"] if quick else [])]  # fmt: skip
+            # At the search step's own levels: every ratio compares like with like, on
+            # any machine (the committed figures come from one kind of CPU).
+            command = [sys.executable, *STEPS["search"], *(QUICK["search"] if quick else [])]
             print(f"== baseline ({BASELINE}): {' '.join(command[1:])}", flush=True)
             subprocess.run(command, cwd=tree, check=True)
             shutil.copy(tree / "bench/results/search.json", RESULTS / "search-baseline.json")
