@@ -1,22 +1,51 @@
 """Ranking for search: fuse the two arms, then weigh what users care about.
 
-Reciprocal-rank fusion of the vector and full-text rank lists (robust to the arms'
-incomparable score scales). Tablet 2 then multiplies in ranking features: importance,
-recency of use, proof count (how often the fact was confirmed), and supersession
-(a replaced memory sinks). ``similarity`` is reported, never used as the sort key.
+**Fusion** (Tablet 2 and Scroll 1.2): each candidate's cosine, min-max normalised over
+the candidates, plus ``Weights.text`` times its full-text (BM25) score over the best
+one's. Scores keep what ranks throw away: a memory far ahead in one arm stays ahead. On
+LoCoMo this beat reciprocal rank fusion (bench/results/quality.md, the ablation table).
+Scroll 1.1 ranks by cosine alone.
+
+**Ranking features** (Tablet 2) multiply in: importance, recency of use, proof count
+(how often the fact was confirmed), the speaker a question names (``Weights.speaker``:
+"What did Caroline research?" favours Caroline's memories, when she is a registered
+speaker of the store), neighbours (``Weights.neighbour``: a candidate written right
+before or after one of the best candidates borrows part of its score), and
+supersession: a replaced memory sinks, and always ranks below the memory that replaced
+it when both are candidates, whatever else it wins.
+
+``similarity`` is reported, never used as the sort key.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Callable, Hashable, Sequence
+import re
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from service.queries.search import Candidate
 
-RRF_K = 5.0
-VECTOR_WEIGHT = 1.0
-TEXT_WEIGHT = 1.0
+# A speaker every store has: the agent itself. "me" in a question is the asker, not it.
+SELF = "me"
+
+
+@dataclass(frozen=True)
+class Weights:
+    """What the fused score is made of; the defaults are what bench.quality_bench tunes
+    on the LoCoMo dev conversations (and reports leave one conversation out)."""
+
+    text: float = 1.0  # the full-text arm's share; the vector arm's is 1
+    speaker: float = 0.4  # the named speaker's memories: x (1 + speaker)
+    neighbour: float = 0.3  # a candidate next to a lender: + neighbour x the lender's score
+
+
+DEFAULT_WEIGHTS = Weights()
+# How many of the best candidates (by fused score) lend part of their score to the
+# memories written right before and after them.
+LENDERS = 30
 
 
 def similarity(c: Candidate) -> float:
@@ -33,29 +62,115 @@ def features(c: Candidate, now: datetime) -> float:
     return importance * proof * superseded * recency
 
 
-def scored(
-    cands: Sequence[Candidate], *, fuse_text: bool, use_features: bool, now: datetime
+@functools.lru_cache(maxsize=4096)
+def _word(name: str) -> re.Pattern[str]:
+    return re.compile(rf"(?<!\w){re.escape(name)}(?!\w)", re.IGNORECASE)
+
+
+def named_speaker(query: str, speakers: Iterable[str]) -> str | None:
+    """The one registered speaker ``query`` names as a word (any case), or ``None`` when
+    it names none or several ("me" never counts: in a question it is the asker)."""
+    named = [s for s in speakers if s != SELF and s and _word(s).search(query)]
+    return named[0] if len(named) == 1 else None
+
+
+def fused(
+    cands: Sequence[Candidate], *, fuse_text: bool, weights: Weights = DEFAULT_WEIGHTS
 ) -> list[tuple[Candidate, float]]:
-    """Best first, with the fused score."""
-    vec = sorted((c for c in cands if c.in_vec), key=lambda c: (-(c.cosine or 0.0), c.id))
-    txt = sorted(
-        (c for c in cands if c.fts_rank is not None), key=lambda c: (-(c.fts_rank or 0.0), c.id)
-    )
-    vec_rank = {c.id: i for i, c in enumerate(vec, 1)}
-    txt_rank = {c.id: i for i, c in enumerate(txt, 1)}
+    """Each candidate with its fused score (unordered); without ``fuse_text``, only the
+    vector arm's candidates, by cosine."""
+    pool = list(cands) if fuse_text else [c for c in cands if c.in_vec]
+    cosines = [c.cosine for c in pool if c.cosine is not None]
+    low, high = (min(cosines), max(cosines)) if cosines else (0.0, 0.0)
+    span = high - low
+    best_text = max((c.fts_rank or 0.0 for c in pool), default=0.0) if fuse_text else 0.0
 
     def score(c: Candidate) -> float:
         s = 0.0
-        if c.id in vec_rank:
-            s += VECTOR_WEIGHT / (RRF_K + vec_rank[c.id])
-        if fuse_text and c.id in txt_rank:
-            s += TEXT_WEIGHT / (RRF_K + txt_rank[c.id])
-        if use_features:
-            s *= features(c, now)
+        if c.cosine is not None:
+            s = (c.cosine - low) / span if span > 0 else 1.0
+        if best_text > 0 and c.fts_rank:
+            s += weights.text * c.fts_rank / best_text
         return s
 
-    pool = list(cands) if fuse_text else vec
-    return sorted(((c, score(c)) for c in pool), key=lambda cs: (-cs[1], cs[0].id))
+    return [(c, score(c)) for c in pool]
+
+
+def lenders(
+    cands: Sequence[Candidate], *, fuse_text: bool, weights: Weights = DEFAULT_WEIGHTS
+) -> list[str]:
+    """The ids of the candidates whose neighbours a model with features asks for: the
+    ``LENDERS`` best by fused score (none when neighbours weigh nothing)."""
+    if weights.neighbour <= 0:
+        return []
+    ranked = sorted(fused(cands, fuse_text=fuse_text, weights=weights),
+                    key=lambda cs: (-cs[1], cs[0].id))  # fmt: skip
+    return [c.id for c, _ in ranked[:LENDERS]]
+
+
+def scored(
+    cands: Sequence[Candidate],
+    *,
+    fuse_text: bool,
+    use_features: bool,
+    now: datetime,
+    weights: Weights = DEFAULT_WEIGHTS,
+    speaker: str | None = None,
+    neighbours: Mapping[str, tuple[str | None, str | None]] | None = None,
+) -> list[tuple[Candidate, float]]:
+    """Best first, with the score. For a model with features: ``speaker``, the registered
+    speaker the query names (``named_speaker``), whose memories are favoured;
+    ``neighbours``, the lenders' (``lenders``) neighbours in write order, (before, after),
+    which borrow part of the lender's fused score when they are candidates too (evidence
+    comes in runs: the turn before or after a strong hit is often part of the answer)."""
+    ranked = fused(cands, fuse_text=fuse_text, weights=weights)
+    if not use_features:
+        return sorted(ranked, key=lambda cs: (-cs[1], cs[0].id))
+    borrowed: dict[str, float] = {}
+    if neighbours:
+        score = {c.id: s for c, s in ranked}
+        for lender, sides in neighbours.items():
+            for near in sides:
+                if near is not None and near in score and lender in score:
+                    borrowed[near] = max(borrowed.get(near, 0.0), score[lender])
+    boost = 1.0 + weights.speaker
+    ranked = [
+        (
+            c,
+            (s + weights.neighbour * borrowed.get(c.id, 0.0))
+            * features(c, now)
+            * (boost if speaker is not None and c.speaker == speaker else 1.0),
+        )
+        for c, s in ranked
+    ]
+    return below_superseders(ranked)
+
+
+def below_superseders(ranked: Sequence[tuple[Candidate, float]]) -> list[tuple[Candidate, float]]:
+    """Best first by score, except that a memory whose superseder is among ``ranked``
+    comes after it (its score is capped at the superseder's, and a tie goes to the
+    superseder), along a chain of supersessions too."""
+    score = {c.id: s for c, s in ranked}
+    superseder = {c.id: c.superseded_by for c, _ in ranked if c.superseded_by in score}
+    depth: dict[str, int] = {}
+
+    def settle(memory_id: str, seen: frozenset[str] = frozenset()) -> tuple[float, int]:
+        """The memory's capped score and how many superseders rank above it."""
+        if memory_id in depth:
+            return score[memory_id], depth[memory_id]
+        above = superseder.get(memory_id)
+        if above is None or above in seen:  # none, or a cycle: no one to sink below
+            depth[memory_id] = 0
+            return score[memory_id], 0
+        above_score, above_depth = settle(above, seen | {memory_id})
+        score[memory_id] = min(score[memory_id], above_score)
+        depth[memory_id] = above_depth + 1
+        return score[memory_id], depth[memory_id]
+
+    for c, _ in ranked:
+        settle(c.id)
+    return sorted(((c, score[c.id]) for c, _ in ranked),
+                  key=lambda cs: (-cs[1], depth[cs[0].id], cs[0].id))  # fmt: skip
 
 
 def spread(

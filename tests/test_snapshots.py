@@ -13,9 +13,11 @@ from typing import Any
 import pytest
 
 from embeddings.model import SentenceTransformerEmbedder
+from service.queries import keys
+from service.queries import search as sq
 from service.settings import Settings
-from service.state import METRICS, SNAPSHOTS
-from tests.helpers import ADMIN, Client, auth, make_key, make_member
+from service.state import METRICS, POOL, SNAPSHOTS
+from tests.helpers import ADMIN, BOOTSTRAP_KEY, Client, auth, make_key, make_member
 from tests.test_search import PNG, search, seed
 
 Make = Callable[[Settings], Awaitable[Client]]
@@ -108,6 +110,29 @@ async def test_snapshot_answers_are_the_sql_arms_answers_for_every_reader_and_fi
     assert retrievals(with_snapshots, "checked") >= len(QUERIES) * len(readers) * 2 * 3
     assert retrievals(with_snapshots, "sql") == sql_before
     assert retrievals(without, "snapshot") == retrievals(without, "checked") == 0
+
+
+async def test_neighbours_in_write_order_are_the_same_from_the_snapshot_and_sql(
+    pair: tuple[Client, Client, dict[str, dict[str, str]]],
+) -> None:
+    with_snapshots, _, _ = pair
+    pool = with_snapshots.app[POOL]
+    workspace = await keys.key_workspace(pool, BOOTSTRAP_KEY)
+    assert workspace is not None
+    snap = with_snapshots.app[SNAPSHOTS].guess(workspace, "default")
+    assert snap is not None
+    near = snap.neighbours(snap.ids)
+    assert near == await sq.neighbours(pool, workspace, snap.ids)
+    # Each scope is its own run in write order: the room's two memories are each other's
+    # only neighbours, Alice's one memory has none, the workspace's follow one another.
+    by_text = {r["text"]: r["id"] for r in snap.rows}
+    offsite = by_text["The offsite in Lisbon starts on a Monday."]
+    pager = by_text["Ops rotates the on-call pager every Thursday."]
+    assert near[offsite] == (None, pager) and near[pager] == (offsite, None)
+    assert near[by_text["Alice prefers window seats on long flights."]] == (None, None)
+    lunch = by_text["The team lunch is on Thursday at the Thai place."]
+    approval = by_text["Flights over six hours need manager approval."]
+    assert near[lunch] == (None, approval) and near[approval][0] == lunch
 
 
 async def test_a_reader_never_gets_a_memory_of_a_scope_it_cannot_read(

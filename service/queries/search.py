@@ -208,6 +208,8 @@ class Profile:
     # named the reader may read (mneme_readable).
     lexemes: tuple[str, ...] = ()
     readable_scopes: frozenset[str] = frozenset()
+    # The store's registered speakers (for the speaker a query names, service.ranking).
+    speakers: tuple[str, ...] = ()
 
     @property
     def avgdl(self) -> float:
@@ -221,7 +223,9 @@ class Profile:
 STORE_AND_PROFILE = f"""
 SELECT s.*, p.*, tsvector_to_array(to_tsvector('english', $3::text)) AS lexemes,
        array(SELECT x FROM unnest($4::text[]) x WHERE mneme_readable(x, $5, $6, $7))
-           AS readable_scopes
+           AS readable_scopes,
+       array(SELECT sp.name FROM speakers sp WHERE sp.workspace_id = $1 AND sp.store_id = s.id)
+           AS speakers
 FROM ({SELECT_STORE}) s
 CROSS JOIN LATERAL (
     SELECT coalesce(sum(docs), 0)::bigint AS docs, coalesce(sum(length), 0)::bigint AS length,
@@ -253,11 +257,48 @@ async def store_and_profile(
     if row is None:
         return None
     store = Store(**{f.name: row[f.name] for f in fields(Store)})
-    asked = ("lexemes", "readable_scopes")
+    asked = ("lexemes", "readable_scopes", "speakers")
     profile = Profile(**{f.name: row[f.name] for f in fields(Profile) if f.name not in asked},
                       lexemes=tuple(row["lexemes"]),
-                      readable_scopes=frozenset(row["readable_scopes"]))  # fmt: skip
+                      readable_scopes=frozenset(row["readable_scopes"]),
+                      speakers=tuple(row["speakers"]))  # fmt: skip
     return store, profile
+
+
+# The memories written right before and right after each of :ids in its store, among the
+# store's active memories of the same scope (whoever may read one may read the other:
+# readability depends on the scope alone). Write order is (created_at, id), the order of
+# memories_store_window; a search snapshot orders its rows the same way.
+NEIGHBOURS = NamedSQL("""
+SELECT m.id, before.id AS before, after.id AS after
+FROM memories m
+LEFT JOIN LATERAL (
+    SELECT n.id FROM memories n
+    WHERE n.workspace_id = m.workspace_id AND n.store_id = m.store_id AND n.status = 'active'
+      AND n.scope = m.scope AND (n.created_at, n.id) < (m.created_at, m.id)
+    ORDER BY n.created_at DESC, n.id DESC
+    LIMIT 1
+) before ON true
+LEFT JOIN LATERAL (
+    SELECT n.id FROM memories n
+    WHERE n.workspace_id = m.workspace_id AND n.store_id = m.store_id AND n.status = 'active'
+      AND n.scope = m.scope AND (n.created_at, n.id) > (m.created_at, m.id)
+    ORDER BY n.created_at, n.id
+    LIMIT 1
+) after ON true
+WHERE m.workspace_id = :workspace AND m.id = ANY(:ids::text[])
+""")
+
+
+async def neighbours(
+    conn: Conn, workspace_id: str, ids: Sequence[str]
+) -> dict[str, tuple[str | None, str | None]]:
+    """Each of ``ids``' neighbours in write order (NEIGHBOURS): (before, after)."""
+    if not ids:
+        return {}
+    rows = await conn.fetch(NEIGHBOURS.sql, *NEIGHBOURS.args({"workspace": workspace_id,
+                                                              "ids": list(ids)}))  # fmt: skip
+    return {r["id"]: (r["before"], r["after"]) for r in rows}
 
 
 @dataclass(frozen=True)

@@ -206,6 +206,7 @@ async def answer(
     assert slot.queries is not None
     now = datetime.now(UTC)
     per_arm = max(60, 4 * req.max_results)
+    named = ranking.named_speaker(req.query, stats.speakers) if model.features else None
     self_mode = model.self_apart
     wants_self = req.speaker == "me" and self_mode
     # verify's passes draw on one retrieval, a little deeper than a plain one.
@@ -248,9 +249,17 @@ async def answer(
                     images=images, use_fts=model.fuse_text, ranks=ranks,
                 )  # fmt: skip
             request.app[METRICS].retrievals.labels(path).inc()
+            near = None
+            if model.features and (lend := ranking.lenders(found, fuse_text=model.fuse_text)):
+                # The snapshot is exact for the store's version, whichever path answered.
+                if snap is not None:
+                    near = snap.neighbours(lend)
+                else:
+                    near = await sq.neighbours(await lazy.get(), principal.workspace_id, lend)
             return ranking.scored(
-                found, fuse_text=model.fuse_text, use_features=model.features, now=now
-            )
+                found, fuse_text=model.fuse_text, use_features=model.features, now=now,
+                speaker=named, neighbours=near,
+            )  # fmt: skip
 
         # The full-text arm needs no vector: it runs while the model encodes the query
         # (a snapshot's needs no SQL).
