@@ -108,9 +108,12 @@ def free_port() -> int:
 
 
 class Server:
-    """`mneme serve` on embedded PostgreSQL in ``data_dir``, as a user would run it."""
+    """`mneme serve` on embedded PostgreSQL in ``data_dir``, as a user would run it
+    (``root``: from another checkout's code, e.g. an A/B against an earlier commit)."""
 
-    def __init__(self, data_dir: Path, key: str, *, log: Path | None = None, **env: str) -> None:
+    def __init__(
+        self, data_dir: Path, key: str, *, log: Path | None = None, root: Path = ROOT, **env: str
+    ) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.data_dir = data_dir
@@ -124,7 +127,7 @@ class Server:
         out = subprocess.DEVNULL if log is None else log.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "service.cli", "serve"], env=full_env,
-            stdout=out, stderr=out, cwd=ROOT,
+            stdout=out, stderr=out, cwd=root,
         )  # fmt: skip
 
     async def ready(self, within_s: float = 180) -> None:

@@ -26,6 +26,7 @@ from typing import Any
 
 import aiohttp
 
+from bench import ranking_folds
 from bench.common import LOCOMO, Server, load_turns, machine, write_results
 
 KEY = "bench-bootstrap-key-0123456789abcdef"
@@ -197,6 +198,15 @@ async def main() -> None:
                     results[model] = summarize(rows, (5, 10, 20))
                     print(model, json.dumps(results[model]["1-4"]), flush=True)
 
+                if not args.verify_only:
+                    # The ranking's levers, tuned leave one conversation out.
+                    questions = await ranking_folds.fetch(
+                        server.database_url(), Path(tmp) / "data", KEY, queries
+                    )
+                    results["folds"] = ranking_folds.run(questions, ids)
+                    for lever, a in results["folds"]["ablation"].items():
+                        print(lever, "LOO", a["loo"], "in-sample", a["in_sample"], flush=True)
+
                 # verify = k with 5 results per pass vs plain retrieval of as many results.
                 if args.quick:
                     return
@@ -271,11 +281,14 @@ def render(r: dict[str, Any]) -> str:
         "| verify | results | R with verify | R plain, same number of results |",
         "|---|---|---|---|",
     ]
-    for k, v in r["verify"].items():
+    for k, v in r.get("verify", {}).items():
         n = v["results"]
         with_v = v["verify"].get("1", {}).get(f"R@{n}")
         plain = v.get("plain", {}).get("1", {}).get(f"R@{n}", "—")
         lines.append(f"| {k} | {n} | {with_v} | {plain} |")
+    if "folds" in r:
+        http = r.get("Tablet 2", {}).get("1-4", {}).get("R@10")
+        lines += ["", *ranking_folds.render(r["folds"], http)]
     return "\n".join(lines) + "\n"
 
 

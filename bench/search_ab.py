@@ -1,0 +1,144 @@
+"""Search latency, this checkout against an earlier commit, in one run (A/B).
+
+Two `mneme serve` side by side on this machine, each on its own embedded PostgreSQL: one
+from this checkout, one from ``--before`` (a temporary git worktree, the same
+virtualenv). The same LoCoMo conversations are written to both through the HTTP API;
+then every question is asked of both, one side after the other in a random order per
+question, each after the same short pause (as bench.mem0_bench does), so a slow spell
+of the machine hits both alike. Reported: client-side p50/p95 per side, the ratio, and
+recall@10 (categories 1-4) per side.
+
+    .venv/bin/python -m bench.search_ab --before b4c5697 [--stores conv-41,conv-42]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import random
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from bench.common import ROOT, Server, load_turns, machine, summary_ms, write_results
+from bench.quality_bench import HEADERS, KEY, ask, ingest, load_queries, recall, wait_embedded
+
+GAP_S = 0.02
+
+
+@contextlib.contextmanager
+def checkout(rev: str) -> Iterator[Path]:
+    """``rev`` in a temporary git worktree beside a link to ../shared (its data)."""
+    with tempfile.TemporaryDirectory(prefix="mneme-ab-") as tmp:
+        tree = Path(tmp) / "tree"
+        (Path(tmp) / "shared").symlink_to(ROOT.parent / "shared")
+        subprocess.run(["git", "worktree", "add", "--detach", str(tree), rev], cwd=ROOT,
+                       check=True, capture_output=True)  # fmt: skip
+        try:
+            yield tree
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT,
+                           check=False)  # fmt: skip
+
+
+async def run(before: str, after: str, stores: list[str], seed: int) -> dict[str, Any]:
+    rng = random.Random(seed)
+    turns = [t for t in load_turns() if t.store in stores]
+    queries = [q for q in load_queries(set(stores)) if q["category"] in (1, 2, 3, 4)]
+    results: dict[str, Any] = {
+        "machine": machine(), "before": before, "after": after, "stores": stores,
+        "turns": len(turns), "questions": len(queries), "seed": seed,
+    }  # fmt: skip
+    with checkout(before) as tree, tempfile.TemporaryDirectory(prefix="mneme-ab-") as tmp:
+        servers = {
+            "before": Server(Path(tmp) / "before", KEY, root=tree),
+            "after": Server(Path(tmp) / "after", KEY),
+        }
+        try:
+            await asyncio.gather(*(s.ready() for s in servers.values()))
+            async with aiohttp.ClientSession(headers=HEADERS) as session:
+                ids = {}
+                for side, server in servers.items():
+                    ids[side] = await ingest(session, server.base, turns)
+                    await wait_embedded(session, server.base)
+                print(f"asking {len(queries)} questions of both…", flush=True)
+                seconds: dict[str, list[float]] = {side: [] for side in servers}
+                found: dict[str, dict[str, list[str]]] = {side: {} for side in servers}
+                for q in queries[:20]:  # warm-up, both alike
+                    for side, server in servers.items():
+                        await ask(session, server.base, q, ids[side], model="Tablet 2",
+                                  max_results=10)  # fmt: skip
+                for q in rng.sample(queries, len(queries)):
+                    for side in rng.sample(list(servers), 2):
+                        await asyncio.sleep(GAP_S)
+                        started = time.perf_counter()
+                        found[side][q["qid"]] = await ask(
+                            session, servers[side].base, q, ids[side], model="Tablet 2",
+                            max_results=10,
+                        )  # fmt: skip
+                        seconds[side].append(time.perf_counter() - started)
+        finally:
+            for server in servers.values():
+                server.stop()
+    for side in ("before", "after"):
+        results[side] = {
+            "search": summary_ms(seconds[side]),
+            "recall_at_10": round(
+                sum(recall(found[side][q["qid"]], q["evidence"], 10) for q in queries)
+                / len(queries), 4,
+            ),
+        }  # fmt: skip
+    a, b = results["after"]["search"], results["before"]["search"]
+    results["ratio_p50"] = round(a["p50_ms"] / b["p50_ms"], 3)
+    results["ratio_p95"] = round(a["p95_ms"] / b["p95_ms"], 3)
+    return results
+
+
+def render(r: dict[str, Any]) -> str:
+    m, a, b = r["machine"], r["after"], r["before"]
+    return "\n".join([
+        "# Search latency A/B",
+        "",
+        f"Machine: {m['cpu']}, {m['cores']} cores; run {m['date']}. Both services, their "
+        "PostgreSQLs and the client share these cores.",
+        "",
+        f"{r['after']} (after) against {r['before']} (before): LoCoMo {', '.join(r['stores'])}, "
+        f"{r['turns']} turns written to both, {r['questions']} questions (categories 1-4) "
+        f"asked of both in a random order per question, {GAP_S * 1000:.0f} ms apart; Tablet 2, "
+        "max_results 10, through HTTP.",
+        "",
+        "| side | p50 ms | p95 ms | recall@10 |",
+        "|---|---|---|---|",
+        f"| before | {b['search']['p50_ms']} | {b['search']['p95_ms']} | {b['recall_at_10']} |",
+        f"| after | {a['search']['p50_ms']} | {a['search']['p95_ms']} | {a['recall_at_10']} |",
+        "",
+        f"After / before: p50 **{r['ratio_p50']}**, p95 {r['ratio_p95']}.",
+        "",
+        f"Command: `.venv/bin/python -m bench.search_ab --before {r['before']} --stores "
+        f"{','.join(r['stores'])}`",
+        "",
+    ])  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--before", required=True, help="the git revision to compare with")
+    parser.add_argument("--stores", default="conv-41,conv-42,conv-43,conv-44")
+    parser.add_argument("--seed", type=int, default=12)
+    args = parser.parse_args()
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True,
+                          capture_output=True, text=True).stdout.strip()  # fmt: skip
+    results = asyncio.run(run(args.before, head, args.stores.split(","), args.seed))
+    path = write_results("search_ab", results)
+    (path.parent / "search_ab.md").write_text(render(results))
+    print(render(results))
+
+
+if __name__ == "__main__":
+    main()
