@@ -238,14 +238,14 @@ def render(r: dict[str, Any], http_r10: float | None) -> list[str]:
         + (f" (through HTTP, same run: {http_r10})." if http_r10 is not None else "."),
         "",
         "| lever (added to the row above) | LOO R@10 1-4 | LOO multi-hop | LOO temporal | "
-        "LOO open-domain | LOO single-hop | in-sample 1-4 | in-sample setting |",
-        "|---|---|---|---|---|---|---|---|",
+        "LOO open-domain | LOO single-hop | LOO adversarial | in-sample 1-4 | in-sample setting |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, a in r["ablation"].items():
         c = a["loo_by_category"]
         lines.append(
             f"| {name} | {a['loo']} | {c.get('1')} | {c.get('2')} | {c.get('3')} | "
-            f"{c.get('4')} | {a['in_sample']['1-4']} | {a['in_sample']['setting']} |"
+            f"{c.get('4')} | {c.get('5')} | {a['in_sample']['1-4']} | {a['in_sample']['setting']} |"
         )
     last = list(r["ablation"].values())[-1]
     lines += [
