@@ -52,7 +52,7 @@ async def run(before: str, after: str, stores: list[str], seed: int) -> dict[str
     turns = [t for t in load_turns() if t.store in stores]
     queries = [q for q in load_queries(set(stores)) if q["category"] in (1, 2, 3, 4)]
     results: dict[str, Any] = {
-        "machine": machine(), "before": before, "after": after, "stores": stores,
+        "machine": machine(), "before_rev": before, "after_rev": after, "stores": stores,
         "turns": len(turns), "questions": len(queries), "seed": seed,
     }  # fmt: skip
     with checkout(before) as tree, tempfile.TemporaryDirectory(prefix="mneme-ab-") as tmp:
@@ -108,7 +108,7 @@ def render(r: dict[str, Any]) -> str:
         f"Machine: {m['cpu']}, {m['cores']} cores; run {m['date']}. Both services, their "
         "PostgreSQLs and the client share these cores.",
         "",
-        f"{r['after']} (after) against {r['before']} (before): LoCoMo {', '.join(r['stores'])}, "
+        f"{r['after_rev']} (after) against {r['before_rev']} (before): LoCoMo {', '.join(r['stores'])}, "
         f"{r['turns']} turns written to both, {r['questions']} questions (categories 1-4) "
         f"asked of both in a random order per question, {GAP_S * 1000:.0f} ms apart; Tablet 2, "
         "max_results 10, through HTTP.",
@@ -120,7 +120,7 @@ def render(r: dict[str, Any]) -> str:
         "",
         f"After / before: p50 **{r['ratio_p50']}**, p95 {r['ratio_p95']}.",
         "",
-        f"Command: `.venv/bin/python -m bench.search_ab --before {r['before']} --stores "
+        f"Command: `.venv/bin/python -m bench.search_ab --before {r['before_rev']} --stores "
         f"{','.join(r['stores'])}`",
         "",
     ])  # fmt: skip
