@@ -108,8 +108,9 @@ def render(r: dict[str, Any]) -> str:
         f"Machine: {m['cpu']}, {m['cores']} cores; run {m['date']}. Both services, their "
         "PostgreSQLs and the client share these cores.",
         "",
-        f"{r['after_rev']} (after) against {r['before_rev']} (before): LoCoMo {', '.join(r['stores'])}, "
-        f"{r['turns']} turns written to both, {r['questions']} questions (categories 1-4) "
+        f"{r['after_rev']} (after) against {r['before_rev']} (before): LoCoMo "
+        f"{', '.join(r['stores'])}, {r['turns']} turns written to both, {r['questions']} "
+        "questions (categories 1-4) "
         f"asked of both in a random order per question, {GAP_S * 1000:.0f} ms apart; Tablet 2, "
         "max_results 10, through HTTP.",
         "",
