@@ -47,18 +47,22 @@ def checkout(rev: str) -> Iterator[Path]:
                            check=False)  # fmt: skip
 
 
-async def run(before: str, after: str, stores: list[str], seed: int) -> dict[str, Any]:
+async def run(
+    before: str, after: str, stores: list[str], seed: int, *, snapshots: bool = True
+) -> dict[str, Any]:
     rng = random.Random(seed)
     turns = [t for t in load_turns() if t.store in stores]
     queries = [q for q in load_queries(set(stores)) if q["category"] in (1, 2, 3, 4)]
     results: dict[str, Any] = {
         "machine": machine(), "before_rev": before, "after_rev": after, "stores": stores,
-        "turns": len(turns), "questions": len(queries), "seed": seed,
+        "turns": len(turns), "questions": len(queries), "seed": seed, "snapshots": snapshots,
     }  # fmt: skip
+    # Without snapshots every search takes the SQL arms, as a large store's does.
+    env = {} if snapshots else {"MNEME_SEARCH_SNAPSHOT_MB": "0"}
     with checkout(before) as tree, tempfile.TemporaryDirectory(prefix="mneme-ab-") as tmp:
         servers = {
-            "before": Server(Path(tmp) / "before", KEY, root=tree),
-            "after": Server(Path(tmp) / "after", KEY),
+            "before": Server(Path(tmp) / "before", KEY, root=tree, **env),
+            "after": Server(Path(tmp) / "after", KEY, **env),
         }
         try:
             await asyncio.gather(*(s.ready() for s in servers.values()))
@@ -112,7 +116,8 @@ def render(r: dict[str, Any]) -> str:
         f"{', '.join(r['stores'])}, {r['turns']} turns written to both, {r['questions']} "
         "questions (categories 1-4) "
         f"asked of both in a random order per question, {GAP_S * 1000:.0f} ms apart; Tablet 2, "
-        "max_results 10, through HTTP.",
+        "max_results 10, through HTTP"
+        + ("." if r.get("snapshots", True) else "; no search snapshots (the SQL arms answer)."),
         "",
         "| side | p50 ms | p95 ms | recall@10 |",
         "|---|---|---|---|",
@@ -122,7 +127,7 @@ def render(r: dict[str, Any]) -> str:
         f"After / before: p50 **{r['ratio_p50']}**, p95 {r['ratio_p95']}.",
         "",
         f"Command: `.venv/bin/python -m bench.search_ab --before {r['before_rev']} --stores "
-        f"{','.join(r['stores'])}`",
+        f"{','.join(r['stores'])}" + ("" if r.get("snapshots", True) else " --no-snapshots") + "`",
         "",
     ])  # fmt: skip
 
@@ -132,12 +137,19 @@ def main() -> None:
     parser.add_argument("--before", required=True, help="the git revision to compare with")
     parser.add_argument("--stores", default="conv-41,conv-42,conv-43,conv-44")
     parser.add_argument("--seed", type=int, default=12)
+    parser.add_argument(
+        "--no-snapshots", action="store_true", help="no search snapshots: the SQL arms answer"
+    )
     args = parser.parse_args()
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True,
                           capture_output=True, text=True).stdout.strip()  # fmt: skip
-    results = asyncio.run(run(args.before, head, args.stores.split(","), args.seed))
-    path = write_results("search_ab", results)
-    (path.parent / "search_ab.md").write_text(render(results))
+    stores = args.stores.split(",")
+    results = asyncio.run(
+        run(args.before, head, stores, args.seed, snapshots=not args.no_snapshots)
+    )
+    name = "search_ab" if not args.no_snapshots else "search_ab_sql"
+    path = write_results(name, results)
+    (path.parent / f"{name}.md").write_text(render(results))
     print(render(results))
 
 
