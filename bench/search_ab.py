@@ -57,12 +57,17 @@ async def run(
         "machine": machine(), "before_rev": before, "after_rev": after, "stores": stores,
         "turns": len(turns), "questions": len(queries), "seed": seed, "snapshots": snapshots,
     }  # fmt: skip
-    # Without snapshots every search takes the SQL arms, as a large store's does.
-    env = {} if snapshots else {"MNEME_SEARCH_SNAPSHOT_MB": "0"}
+
+    def start(data_dir: Path, root: Path) -> Server:
+        if snapshots:
+            return Server(data_dir, KEY, root=root)
+        # Without snapshots every search takes the SQL arms, as a large store's does.
+        return Server(data_dir, KEY, root=root, MNEME_SEARCH_SNAPSHOT_MB="0")
+
     with checkout(before) as tree, tempfile.TemporaryDirectory(prefix="mneme-ab-") as tmp:
         servers = {
-            "before": Server(Path(tmp) / "before", KEY, root=tree, **env),
-            "after": Server(Path(tmp) / "after", KEY, **env),
+            "before": start(Path(tmp) / "before", tree),
+            "after": start(Path(tmp) / "after", ROOT),
         }
         try:
             await asyncio.gather(*(s.ready() for s in servers.values()))
