@@ -18,12 +18,10 @@ import json
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS, ROOT, machine
+from bench.common import RESULTS, ROOT, checkout, machine
 
 STEPS = {
     "mem0": ["-m", "bench.mem0_bench"],
@@ -57,22 +55,13 @@ def run_baseline(quick: bool) -> float:
     (a checkout in a temporary git worktree, the same virtualenv): results/
     search-baseline.json, so the search figures' "x" columns compare like with like."""
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="mneme-baseline-") as tmp:
-        tree = Path(tmp) / "tree"
-        # Beside the checkout, as beside this one: ../shared holds the data it reads.
-        (Path(tmp) / "shared").symlink_to(ROOT.parent / "shared")
-        subprocess.run(["git", "worktree", "add", "--detach", str(tree), BASELINE], cwd=ROOT,
-                       check=True)  # fmt: skip
-        try:
-            # At the search step's own levels: every ratio compares like with like, on
-            # any machine (the committed figures come from one kind of CPU).
-            command = [sys.executable, *STEPS["search"], *(QUICK["search"] if quick else [])]
-            print(f"== baseline ({BASELINE}): {' '.join(command[1:])}", flush=True)
-            subprocess.run(command, cwd=tree, check=True)
-            shutil.copy(tree / "bench/results/search.json", RESULTS / "search-baseline.json")
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT,
-                           check=False)  # fmt: skip
+    with checkout(BASELINE) as tree:
+        # At the search step's own levels: every ratio compares like with like, on any
+        # machine (the committed figures come from one kind of CPU).
+        command = [sys.executable, *STEPS["search"], *(QUICK["search"] if quick else [])]
+        print(f"== baseline ({BASELINE}): {' '.join(command[1:])}", flush=True)
+        subprocess.run(command, cwd=tree, check=True)
+        shutil.copy(tree / "bench/results/search.json", RESULTS / "search-baseline.json")
     return time.monotonic() - started
 
 

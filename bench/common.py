@@ -7,6 +7,7 @@ from it is written into the repository except aggregate figures.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -15,7 +16,9 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -193,3 +196,19 @@ def write_results(name: str, results: dict[str, Any]) -> Path:
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(results, indent=2) + "\n")
     return path
+
+
+@contextlib.contextmanager
+def checkout(rev: str) -> Iterator[Path]:
+    """``rev`` in a temporary git worktree (the same virtualenv), beside a link to ../shared
+    (the data it reads), as this checkout is."""
+    with tempfile.TemporaryDirectory(prefix="mneme-rev-") as tmp:
+        tree = Path(tmp) / "tree"
+        (Path(tmp) / "shared").symlink_to(ROOT.parent / "shared")
+        subprocess.run(["git", "worktree", "add", "--detach", str(tree), rev], cwd=ROOT,
+                       check=True, capture_output=True)  # fmt: skip
+        try:
+            yield tree
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT,
+                           check=False)  # fmt: skip

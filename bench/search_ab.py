@@ -15,36 +15,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import random
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
-from bench.common import ROOT, Server, load_turns, machine, summary_ms, write_results
+from bench.common import ROOT, Server, checkout, load_turns, machine, summary_ms, write_results
 from bench.quality_bench import HEADERS, KEY, ask, ingest, load_queries, recall, wait_embedded
 
 GAP_S = 0.02
-
-
-@contextlib.contextmanager
-def checkout(rev: str) -> Iterator[Path]:
-    """``rev`` in a temporary git worktree beside a link to ../shared (its data)."""
-    with tempfile.TemporaryDirectory(prefix="mneme-ab-") as tmp:
-        tree = Path(tmp) / "tree"
-        (Path(tmp) / "shared").symlink_to(ROOT.parent / "shared")
-        subprocess.run(["git", "worktree", "add", "--detach", str(tree), rev], cwd=ROOT,
-                       check=True, capture_output=True)  # fmt: skip
-        try:
-            yield tree
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT,
-                           check=False)  # fmt: skip
 
 
 async def run(
