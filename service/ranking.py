@@ -96,16 +96,20 @@ def fused(
     return [(c, score(c)) for c in pool]
 
 
+def lender_count(weights: Weights = DEFAULT_WEIGHTS) -> int:
+    """How many candidates lend (none when neighbours weigh nothing)."""
+    return LENDERS if weights.neighbour > 0 else 0
+
+
 def lenders(
     cands: Sequence[Candidate], *, fuse_text: bool, weights: Weights = DEFAULT_WEIGHTS
 ) -> list[str]:
     """The ids of the candidates whose neighbours a model with features asks for: the
-    ``LENDERS`` best by fused score (none when neighbours weigh nothing)."""
-    if weights.neighbour <= 0:
-        return []
+    ``lender_count`` best by fused score, ties by id. The SQL arms pick the same ones
+    (service.queries.search._VECTOR) and bring their neighbours along."""
     ranked = sorted(fused(cands, fuse_text=fuse_text, weights=weights),
                     key=lambda cs: (-cs[1], cs[0].id))  # fmt: skip
-    return [c.id for c, _ in ranked[:LENDERS]]
+    return [c.id for c, _ in ranked[: lender_count(weights)]]
 
 
 def scored(

@@ -6,9 +6,15 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from service import ranking
-from service.queries.search import Candidate
-from tests.helpers import ADMIN, Client
+import numpy as np
+import pytest
+
+from service import db, ranking
+from service.queries import search as sq
+from service.queries.keys import Principal
+from service.queries.search import Candidate, SearchFilters
+from service.settings import Settings
+from tests.helpers import ADMIN, Client, unit_vectors
 from tests.test_search import search
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
@@ -170,3 +176,61 @@ async def test_search_favours_the_speaker_the_question_names(client: Client) -> 
     assert await top("Did Caroline or Melanie go to a pottery class?") == [mel, car]
     # Scroll 1.2 has no ranking features.
     assert await top("Did Caroline go to a pottery class?", "Scroll 1.2") == [mel, car]
+
+
+# 120 memories in two scopes, each with a random vector and a text of two of a few words:
+# many candidates score alike in full text, so which of them lend depends on both arms.
+MANY = """
+INSERT INTO memories (workspace_id, id, store_id, text, scope, provider, provider_ref,
+                      content_sha256, content_size_bytes, embedding, embedding_model,
+                      embedding_status)
+SELECT $1, 'mem_lend' || to_char(g, 'FM000'), $2,
+       ($4::text[])[1 + g % 5] || ' ' || ($5::text[])[1 + g % 7] || ' number ' || g,
+       CASE WHEN g % 4 = 0 THEN 'room:ops' ELSE 'workspace' END, 'test', 'ref-' || g,
+       md5(g::text), 16, v::vector, 'test', 'ready'
+FROM unnest($3::text[]) WITH ORDINALITY AS x(v, g)
+"""
+
+
+@pytest.mark.parametrize("text_weight", [0.5, 1.0, 2.0])
+async def test_the_sql_arms_bring_the_neighbours_of_the_lenders_ranking_picks(
+    client: Client, db_url: str, text_weight: float
+) -> None:
+    """The vector statement picks the lenders itself (the fused score in SQL, to save a
+    round trip): exactly ``ranking.lenders`` of what it returns, with the neighbours
+    ``search.NEIGHBOURS`` finds for them."""
+    pool = await db.create_pool(db_url, Settings(database_url=db_url, pool_min=1, pool_max=1))
+    try:
+        async with pool.acquire() as conn:
+            ws, store = await conn.fetchrow(
+                "SELECT workspace_id, id FROM stores WHERE name = 'default'"
+            )
+            vectors = unit_vectors(120, seed=7)
+            noise = np.random.default_rng(7)
+            colours = ["red", "green", "blue", "amber", "violet"]
+            animals = ["fox", "heron", "otter", "lynx", "crane", "badger", "newt"]
+            await conn.execute(MANY, ws, store, [str(v.tolist()) for v in vectors], colours,
+                               animals)  # fmt: skip
+            found = await sq.store_and_profile(conn, ws, store)
+            assert found is not None
+            who = Principal("k", ws, "lend", "service", None, frozenset(), [])
+            weights = ranking.Weights(text=text_weight)
+            for query_text, near in (("red fox", 3), ("blue otter lynx", 50), ("heron", 99)):
+                query = vectors[near] + 0.5 * noise.normal(size=384).astype(np.float32)
+                cands = await sq.candidates(
+                    conn, who, store, found[1], query / np.linalg.norm(query), query_text,
+                    SearchFilters(), per_arm=60, lenders=ranking.lender_count(weights),
+                    text_weight=text_weight,
+                )  # fmt: skip
+                lent = {c.id: c.neighbours for c in cands if c.neighbours is not None}
+                assert len(cands) > len(lent) == ranking.LENDERS
+                assert set(lent) == set(ranking.lenders(cands, fuse_text=True, weights=weights))
+                assert lent == await sq.neighbours(conn, ws, list(lent))
+                # Each scope is its own run: a neighbour shares its lender's scope.
+                scope = {r["id"]: r["scope"] for r in await conn.fetch(
+                    "SELECT id, scope FROM memories WHERE workspace_id = $1", ws)}  # fmt: skip
+                for lender, sides in lent.items():
+                    assert all(scope[n] == scope[lender] for n in sides if n is not None)
+                    assert sides != (None, None)
+    finally:
+        await pool.close()
