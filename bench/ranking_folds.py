@@ -48,8 +48,6 @@ class Question:
     evidence: list[str]
     candidates: list[Candidate]
     speaker: str | None  # the registered speaker it names
-    # Every candidate's neighbours in write order (a ranker keeps its lenders' only).
-    neighbours: dict[str, tuple[str | None, str | None]]
 
 
 Ranker = Callable[[Question], list[Candidate]]
@@ -80,9 +78,8 @@ async def fetch(
                     conn, principal, store.id, stats, vector, q["question"], sq.SearchFilters(),
                     per_arm=PER_ARM, subset="all", self_only=False, images=False,
                 )  # fmt: skip
-                near = await sq.neighbours(conn, principal.workspace_id, [c.id for c in cands])
             speaker = ranking.named_speaker(q["question"], stats.speakers)
-            out.append(Question(q["store"], q["category"], q["evidence"], cands, speaker, near))
+            out.append(Question(q["store"], q["category"], q["evidence"], cands, speaker))
         return out
     finally:
         await pool.close()
@@ -102,10 +99,9 @@ def rrf(q: Question, now: datetime) -> list[Candidate]:
 
 def weighted(weights: ranking.Weights, now: datetime) -> Ranker:
     def rank(q: Question) -> list[Candidate]:
-        lend = ranking.lenders(q.candidates, fuse_text=True, weights=weights)
         ranked = ranking.scored(
             q.candidates, fuse_text=True, use_features=True, now=now, weights=weights,
-            speaker=q.speaker, neighbours={i: q.neighbours[i] for i in lend},
+            speaker=q.speaker,
         )  # fmt: skip
         return [c for c, _ in ranked]
 

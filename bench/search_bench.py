@@ -398,7 +398,7 @@ async def explain(
         lines = []
         for statement, args in (
             (text_arm, sq.statement_args(text_arm, values)),
-            (vector_arm, sq.statement_args(vector_arm, sq.with_text_ranks(values, ranks))),
+            (vector_arm, sq.statement_args(vector_arm, {**values, "text_ids": list(ranks)})),
         ):
             rows = await conn.fetch("EXPLAIN (ANALYZE, COSTS OFF) " + statement.sql, *args)
             lines += [r[0] for r in rows]

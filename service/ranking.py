@@ -20,9 +20,10 @@ it when both are candidates, whatever else it wins.
 from __future__ import annotations
 
 import functools
+import heapq
 import math
 import re
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -43,8 +44,8 @@ class Weights:
 
 
 DEFAULT_WEIGHTS = Weights()
-# How many of the best candidates (by fused score) lend part of their score to the
-# memories written right before and after them.
+# How many of the best candidates (by fused score, ties by id) lend part of their score
+# to the candidates written right before and after them.
 LENDERS = 30
 
 
@@ -96,22 +97,6 @@ def fused(
     return [(c, score(c)) for c in pool]
 
 
-def lender_count(weights: Weights = DEFAULT_WEIGHTS) -> int:
-    """How many candidates lend (none when neighbours weigh nothing)."""
-    return LENDERS if weights.neighbour > 0 else 0
-
-
-def lenders(
-    cands: Sequence[Candidate], *, fuse_text: bool, weights: Weights = DEFAULT_WEIGHTS
-) -> list[str]:
-    """The ids of the candidates whose neighbours a model with features asks for: the
-    ``lender_count`` best by fused score, ties by id. The SQL arms pick the same ones
-    (service.queries.search._VECTOR) and bring their neighbours along."""
-    ranked = sorted(fused(cands, fuse_text=fuse_text, weights=weights),
-                    key=lambda cs: (-cs[1], cs[0].id))  # fmt: skip
-    return [c.id for c, _ in ranked[: lender_count(weights)]]
-
-
 def scored(
     cands: Sequence[Candidate],
     *,
@@ -120,23 +105,17 @@ def scored(
     now: datetime,
     weights: Weights = DEFAULT_WEIGHTS,
     speaker: str | None = None,
-    neighbours: Mapping[str, tuple[str | None, str | None]] | None = None,
 ) -> list[tuple[Candidate, float]]:
     """Best first, with the score. For a model with features: ``speaker``, the registered
-    speaker the query names (``named_speaker``), whose memories are favoured;
-    ``neighbours``, the lenders' (``lenders``) neighbours in write order, (before, after),
-    which borrow part of the lender's fused score when they are candidates too (evidence
-    comes in runs: the turn before or after a strong hit is often part of the answer)."""
+    speaker the query names (``named_speaker``), whose memories are favoured; and the
+    ``LENDERS`` best candidates by fused score lend part of it to the candidates written
+    right before and after them in their store and scope (``Candidate.written_after``):
+    evidence comes in runs, the turn before or after a strong hit is often part of the
+    answer."""
     ranked = fused(cands, fuse_text=fuse_text, weights=weights)
     if not use_features:
         return sorted(ranked, key=lambda cs: (-cs[1], cs[0].id))
-    borrowed: dict[str, float] = {}
-    if neighbours:
-        score = {c.id: s for c, s in ranked}
-        for lender, sides in neighbours.items():
-            for near in sides:
-                if near is not None and near in score and lender in score:
-                    borrowed[near] = max(borrowed.get(near, 0.0), score[lender])
+    borrowed = _borrowed(ranked, weights)
     boost = 1.0 + weights.speaker
     ranked = [
         (
@@ -148,6 +127,28 @@ def scored(
         for c, s in ranked
     ]
     return below_superseders(ranked)
+
+
+def _borrowed(ranked: Sequence[tuple[Candidate, float]], weights: Weights) -> dict[str, float]:
+    """Candidate id -> the best fused score a lender next to it lends (``scored``)."""
+    if weights.neighbour <= 0:
+        return {}
+    lenders = heapq.nsmallest(LENDERS, ranked, key=lambda cs: (-cs[1], cs[0].id))
+    lent = {c.id: s for c, s in lenders}
+    out: dict[str, float] = {}
+
+    def lend(near: str, score: float) -> None:
+        out[near] = max(out.get(near, 0.0), score)
+
+    for c, _ in ranked:
+        before = c.written_after
+        if before is None:
+            continue
+        if before in lent:  # c was written right after a lender
+            lend(c.id, lent[before])
+        if c.id in lent:  # a lender written right after ``before``
+            lend(before, lent[c.id])
+    return out
 
 
 def below_superseders(ranked: Sequence[tuple[Candidate, float]]) -> list[tuple[Candidate, float]]:

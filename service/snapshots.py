@@ -98,12 +98,6 @@ class Snapshot:
         self.scopes = sorted(set(scope_of))
         code = {scope: i for i, scope in enumerate(self.scopes)}
         self.scope_codes = np.array([code[s] for s in scope_of], dtype=np.int64)
-        # Write order within each scope (rows are in id order, which breaks ties of
-        # created_at): each row's place, for its neighbours (``neighbours``).
-        created = np.array([r["created_at"].timestamp() for r in c.rows], dtype=np.float64)
-        self._write_order = np.lexsort((np.arange(len(c.rows)), created, self.scope_codes))
-        self._place = np.empty(len(c.rows), dtype=np.int64)
-        self._place[self._write_order] = np.arange(len(c.rows))
         # The store's statistics, as search_terms and search_store_stats hold them.
         lengths = np.array([r["length"] for r in c.rows], dtype=np.float64)
         self.docs = float(len(c.rows))
@@ -117,23 +111,6 @@ class Snapshot:
 
     def age(self) -> float:
         return time.monotonic() - self.read_at
-
-    def neighbours(self, ids: Iterable[str]) -> dict[str, tuple[str | None, str | None]]:
-        """Each of ``ids``' neighbours in write order among the store's memories of its
-        scope: (before, after), as ``service.queries.search.neighbours`` finds them."""
-        out: dict[str, tuple[str | None, str | None]] = {}
-        order, codes = self._write_order, self.scope_codes
-        for memory_id in ids:
-            row = self.row_of.get(memory_id)
-            if row is None:
-                continue
-            place = int(self._place[row])
-            side: list[str | None] = []
-            for p in (place - 1, place + 1):
-                near = int(order[p]) if 0 <= p < len(order) else -1
-                side.append(self.ids[near] if near >= 0 and codes[near] == codes[row] else None)
-            out[memory_id] = (side[0], side[1])
-        return out
 
     def touch(self, ids: Iterable[str], at: datetime) -> None:
         """``last_used_at = at`` for those of ``ids`` held here (this instance's stamps)."""
@@ -236,7 +213,7 @@ class Snapshot:
         # arguments: a tenth of the cost of keywords).
         return Candidate(
             r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9],
-            max(r[10], self.last_used[row]), cosine, in_vec, fts_rank, r[11],
+            max(r[10], self.last_used[row]), cosine, in_vec, fts_rank, r[11], r[12],
         )  # fmt: skip
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import numpy.typing as npt
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
@@ -35,10 +33,3 @@ async def make_member(client: Client, member_id: str, kind: str = "human") -> No
 
 def repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
-
-
-def unit_vectors(n: int, seed: int) -> npt.NDArray[np.float32]:
-    """``n`` random vectors of the model's size, of length 1 (a store's embeddings)."""
-    vectors = np.random.default_rng(seed).normal(size=(n, 384)).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    return vectors

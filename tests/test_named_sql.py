@@ -28,12 +28,12 @@ def test_every_search_statement_takes_its_values_by_name() -> None:
     first = sq.STATEMENTS[False, "all"]
     text, vector = set(first.text.names), set(first.vector.names)
     # statement_values gives every value either statement takes; the vector arm also
-    # takes the text arm's ids and ranks (with_text_ranks).
+    # takes the text arm's ids.
     given = set(sq.statement_values(
         Principal("k", "ws", "scale", "service", None, frozenset(), []), "s",
         sq.Profile(1, 1, 0, 0), None, "q", sq.SearchFilters(), per_arm=1, budget=1,
     ))  # fmt: skip
-    assert text | vector == given | {"text_ids", "text_ranks"}
+    assert text | vector == given | {"text_ids"}
     assert "query_vector" not in text  # the text arm runs before the vector exists
     for retrieval in sq.STATEMENTS.values():
         for statement, names in ((retrieval.text, text), (retrieval.vector, vector)):

@@ -6,15 +6,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-import numpy as np
-import pytest
-
-from service import db, ranking
-from service.queries import search as sq
-from service.queries.keys import Principal
-from service.queries.search import Candidate, SearchFilters
-from service.settings import Settings
-from tests.helpers import ADMIN, Client, unit_vectors
+from service import ranking
+from service.queries.search import Candidate
+from tests.helpers import ADMIN, Client
 from tests.test_search import search
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
@@ -29,10 +23,11 @@ def cand(
     speaker: str | None = None,
     superseded_by: str | None = None,
     importance: float = 0.5,
+    written_after: str | None = None,
 ) -> Candidate:
     return Candidate(
         id, f"text of {id}", "text", "general", importance, None, speaker, superseded_by,
-        None, NOW, NOW, cosine, in_vec, fts,
+        None, NOW, NOW, cosine, in_vec, fts, None, written_after,
     )  # fmt: skip
 
 
@@ -122,27 +117,48 @@ def test_the_named_speakers_memories_are_favoured() -> None:
 
 
 def test_a_neighbour_of_a_strong_hit_borrows_part_of_its_score() -> None:
-    hit, near, far = cand("hit", 0.9, 6.0), cand("near", 0.40), cand("far", 0.45)
-    low = cand("low", 0.10)
-    cands = [hit, near, far, low]
-    assert order(cands) == ["hit", "far", "near", "low"]
-    neighbours = {"hit": ("near", "gone")}  # "gone": not a candidate, lends nothing
-    assert ranking.lenders(cands, fuse_text=True)[0] == "hit"
-    assert order(cands, neighbours=neighbours) == ["hit", "near", "far", "low"]
-    assert order(cands, neighbours=neighbours, weights=ranking.Weights(neighbour=0)) == [
+    # "hit" was written right after "near" (and right before "after"), in their scope.
+    near, far, low = cand("near", 0.40), cand("far", 0.45), cand("low", 0.10)
+    alone = cand("hit", 0.9, 6.0)
+    assert order([alone, near, far, low]) == ["hit", "far", "near", "low"]
+    hit = cand("hit", 0.9, 6.0, written_after="near")
+    assert order([hit, near, far, low]) == ["hit", "near", "far", "low"]
+    assert order([hit, near, far, low], weights=ranking.Weights(neighbour=0)) == [
         "hit", "far", "near", "low"
     ]  # fmt: skip
-    assert ranking.lenders(cands, fuse_text=True, weights=ranking.Weights(neighbour=0)) == []
+    after = cand("after", 0.40, written_after="hit")
+    assert order([alone, after, far, low]) == ["hit", "after", "far", "low"]
     # A lender lends its fused score, not what it borrowed: no chains of borrowing.
-    chain = {"hit": ("near", None), "near": ("low", None)}
+    cands = [hit, cand("near", 0.40, written_after="low"), far, low]
     fused = dict((c.id, s) for c, s in ranking.fused(cands, fuse_text=True))
     scores = dict((c.id, s) for c, s in ranking.scored(cands, fuse_text=True,
                                                         use_features=False, now=NOW))  # fmt: skip
     assert scores == fused
     with_chain = dict((c.id, s) for c, s in ranking.scored(
-        cands, fuse_text=True, use_features=True, now=NOW, neighbours=chain))  # fmt: skip
+        cands, fuse_text=True, use_features=True, now=NOW))  # fmt: skip
     factor = ranking.features(low, NOW)
     assert with_chain["low"] == (fused["low"] + 0.3 * fused["near"]) * factor
+
+
+def test_only_the_best_candidates_lend() -> None:
+    # LENDERS strong candidates, then a weak one with a weaker one written right after it.
+    strong = [cand(f"s{i:02}", 0.9 - 0.01 * i, 5.0) for i in range(ranking.LENDERS)]
+    weak = cand("weak", 0.3, 1.0)
+    follower = cand("follower", 0.2, written_after="weak")
+    scores = dict((c.id, s) for c, s in ranking.scored(
+        [*strong, weak, follower], fuse_text=True, use_features=True, now=NOW))  # fmt: skip
+    fused = dict((c.id, s) for c, s in ranking.fused([*strong, weak, follower], fuse_text=True))
+    assert scores["follower"] == fused["follower"] * ranking.features(follower, NOW)
+    # One place better, and it lends.
+    scores = dict((c.id, s) for c, s in ranking.scored(
+        [*strong[1:], weak, follower], fuse_text=True, use_features=True, now=NOW))  # fmt: skip
+    assert (
+        scores["follower"]
+        > ranking.features(follower, NOW)
+        * dict((c.id, s) for c, s in ranking.fused([*strong[1:], weak, follower], fuse_text=True))[
+            "follower"
+        ]
+    )
 
 
 async def test_search_favours_the_speaker_the_question_names(client: Client) -> None:
@@ -178,59 +194,32 @@ async def test_search_favours_the_speaker_the_question_names(client: Client) -> 
     assert await top("Did Caroline go to a pottery class?", "Scroll 1.2") == [mel, car]
 
 
-# 120 memories in two scopes, each with a random vector and a text of two of a few words:
-# many candidates score alike in full text, so which of them lend depends on both arms.
-MANY = """
-INSERT INTO memories (workspace_id, id, store_id, text, scope, provider, provider_ref,
-                      content_sha256, content_size_bytes, embedding, embedding_model,
-                      embedding_status)
-SELECT $1, 'mem_lend' || to_char(g, 'FM000'), $2,
-       ($4::text[])[1 + g % 5] || ' ' || ($5::text[])[1 + g % 7] || ' number ' || g,
-       CASE WHEN g % 4 = 0 THEN 'room:ops' ELSE 'workspace' END, 'test', 'ref-' || g,
-       md5(g::text), 16, v::vector, 'test', 'ready'
-FROM unnest($3::text[]) WITH ORDINALITY AS x(v, g)
-"""
-
-
-@pytest.mark.parametrize("text_weight", [0.5, 1.0, 2.0])
-async def test_the_sql_arms_bring_the_neighbours_of_the_lenders_ranking_picks(
-    client: Client, db_url: str, text_weight: float
+async def test_each_memory_links_the_one_written_right_before_it_in_its_scope(
+    client: Client, db_url: str
 ) -> None:
-    """The vector statement picks the lenders itself (the fused score in SQL, to save a
-    round trip): exactly ``ranking.lenders`` of what it returns, with the neighbours
-    ``search.NEIGHBOURS`` finds for them."""
-    pool = await db.create_pool(db_url, Settings(database_url=db_url, pool_min=1, pool_max=1))
+    """memories.written_after (0013_written_after.sql), set as each row is written: by a
+    batch too (a row sees the rows its statement wrote before it), per store and scope."""
+    import asyncpg
+
+    texts = [("first", None), ("second", "room:ops"), ("third", None), ("fourth", "room:ops")]
+    for text, scope in texts[:2]:
+        body: dict[str, Any] = {"text": f"{text} memory", "store": "default"}
+        if scope:
+            body["scope"] = scope
+        resp = await client.post("/api/v1/memories", json=body, headers=ADMIN)
+        assert resp.status == 201, await resp.text()
+    batch = [{"text": f"{t} memory", "store": "default", **({"scope": sc} if sc else {})}
+             for t, sc in [*texts[2:], ("fifth", None)]]  # fmt: skip
+    resp = await client.post("/api/v1/memories", json={"memories": batch}, headers=ADMIN)
+    assert resp.status == 200, await resp.text()
+    conn = await asyncpg.connect(db_url)
     try:
-        async with pool.acquire() as conn:
-            ws, store = await conn.fetchrow(
-                "SELECT workspace_id, id FROM stores WHERE name = 'default'"
-            )
-            vectors = unit_vectors(120, seed=7)
-            noise = np.random.default_rng(7)
-            colours = ["red", "green", "blue", "amber", "violet"]
-            animals = ["fox", "heron", "otter", "lynx", "crane", "badger", "newt"]
-            await conn.execute(MANY, ws, store, [str(v.tolist()) for v in vectors], colours,
-                               animals)  # fmt: skip
-            found = await sq.store_and_profile(conn, ws, store)
-            assert found is not None
-            who = Principal("k", ws, "lend", "service", None, frozenset(), [])
-            weights = ranking.Weights(text=text_weight)
-            for query_text, near in (("red fox", 3), ("blue otter lynx", 50), ("heron", 99)):
-                query = vectors[near] + 0.5 * noise.normal(size=384).astype(np.float32)
-                cands = await sq.candidates(
-                    conn, who, store, found[1], query / np.linalg.norm(query), query_text,
-                    SearchFilters(), per_arm=60, lenders=ranking.lender_count(weights),
-                    text_weight=text_weight,
-                )  # fmt: skip
-                lent = {c.id: c.neighbours for c in cands if c.neighbours is not None}
-                assert len(cands) > len(lent) == ranking.LENDERS
-                assert set(lent) == set(ranking.lenders(cands, fuse_text=True, weights=weights))
-                assert lent == await sq.neighbours(conn, ws, list(lent))
-                # Each scope is its own run: a neighbour shares its lender's scope.
-                scope = {r["id"]: r["scope"] for r in await conn.fetch(
-                    "SELECT id, scope FROM memories WHERE workspace_id = $1", ws)}  # fmt: skip
-                for lender, sides in lent.items():
-                    assert all(scope[n] == scope[lender] for n in sides if n is not None)
-                    assert sides != (None, None)
+        rows = await conn.fetch("SELECT id, text, written_after FROM memories")
     finally:
-        await pool.close()
+        await conn.close()
+    id_of = {r["text"].split()[0]: r["id"] for r in rows}
+    after = {r["text"].split()[0]: r["written_after"] for r in rows}
+    assert after == {
+        "first": None, "second": None, "third": id_of["first"], "fourth": id_of["second"],
+        "fifth": id_of["third"],
+    }  # fmt: skip

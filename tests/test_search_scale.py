@@ -15,7 +15,7 @@ from service.queries.keys import Principal
 from service.queries.search import SearchFilters
 from service.settings import Settings
 from service.state import PLANNED_ONCE_POOL, POOL
-from tests.helpers import ADMIN, Client, unit_vectors
+from tests.helpers import ADMIN, Client
 
 PNG = "iVBORw0KGgoAAAAAAAAAAAAAAAAAAAA="
 
@@ -166,7 +166,9 @@ async def test_a_filtered_hnsw_scan_that_comes_up_short_is_answered_exactly(
             ws, store = await conn.fetchrow(
                 "SELECT workspace_id, id FROM stores WHERE name = 'default'"
             )
-            vectors = unit_vectors(600, seed=3)
+            rng = np.random.default_rng(3)
+            vectors = rng.normal(size=(600, 384)).astype(np.float32)
+            vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
             await conn.execute(FILTERED, ws, store, [str(v.tolist()) for v in vectors])
             await conn.execute(
                 "SET hnsw.iterative_scan = off; SET hnsw.ef_search = 40; SET enable_sort = off"

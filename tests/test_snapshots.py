@@ -14,7 +14,6 @@ import pytest
 
 from embeddings.model import SentenceTransformerEmbedder
 from service.queries import keys
-from service.queries import search as sq
 from service.settings import Settings
 from service.state import METRICS, POOL, SNAPSHOTS
 from tests.helpers import ADMIN, BOOTSTRAP_KEY, Client, auth, make_key, make_member
@@ -112,7 +111,7 @@ async def test_snapshot_answers_are_the_sql_arms_answers_for_every_reader_and_fi
     assert retrievals(without, "snapshot") == retrievals(without, "checked") == 0
 
 
-async def test_neighbours_in_write_order_are_the_same_from_the_snapshot_and_sql(
+async def test_a_snapshot_candidate_links_the_memory_written_before_it_as_sql_does(
     pair: tuple[Client, Client, dict[str, dict[str, str]]],
 ) -> None:
     with_snapshots, _, _ = pair
@@ -121,18 +120,23 @@ async def test_neighbours_in_write_order_are_the_same_from_the_snapshot_and_sql(
     assert workspace is not None
     snap = with_snapshots.app[SNAPSHOTS].guess(workspace, "default")
     assert snap is not None
-    near = snap.neighbours(snap.ids)
-    assert near == await sq.neighbours(pool, workspace, snap.ids)
-    # Each scope is its own run in write order: the room's two memories are each other's
-    # only neighbours, Alice's one memory has none, the workspace's follow one another.
+    linked = {r["id"]: r["written_after"] for r in await pool.fetch(
+        "SELECT id, written_after FROM memories WHERE workspace_id = $1", workspace)}  # fmt: skip
+    got = {
+        snap.ids[row]: snap.candidate(row, record, None, False, None).written_after
+        for row, record in enumerate(snap.rows)
+    }
+    assert got == {i: linked[i] for i in snap.ids}
+    # Each scope is its own run in write order: the room's second memory follows its
+    # first, Alice's one memory follows none, the workspace's follow one another.
     by_text = {r["text"]: r["id"] for r in snap.rows}
     offsite = by_text["The offsite in Lisbon starts on a Monday."]
     pager = by_text["Ops rotates the on-call pager every Thursday."]
-    assert near[offsite] == (None, pager) and near[pager] == (offsite, None)
-    assert near[by_text["Alice prefers window seats on long flights."]] == (None, None)
+    assert got[offsite] is None and got[pager] == offsite
+    assert got[by_text["Alice prefers window seats on long flights."]] is None
     lunch = by_text["The team lunch is on Thursday at the Thai place."]
     approval = by_text["Flights over six hours need manager approval."]
-    assert near[lunch] == (None, approval) and near[approval][0] == lunch
+    assert got[lunch] is None and got[approval] == lunch
 
 
 async def test_a_reader_never_gets_a_memory_of_a_scope_it_cannot_read(

@@ -18,7 +18,7 @@ from service.queries import tenancy
 from service.queries.keys import Principal
 from service.queries.search import SearchFilters
 from service.settings import Settings
-from tests.helpers import Client, unit_vectors
+from tests.helpers import Client
 
 INSERT = """
 INSERT INTO memories (workspace_id, id, store_id, text, scope, provider, provider_ref,
@@ -49,8 +49,15 @@ async def _stores(conn: asyncpg.Connection) -> tuple[str, str, str]:
     return ws, default, other
 
 
+def _vectors(n: int, seed: int) -> Vectors:
+    rng = np.random.default_rng(seed)
+    vectors = rng.normal(size=(n, 384)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors
+
+
 async def _fill(conn: asyncpg.Connection, ws: str, store: str, prefix: str, n: int) -> Vectors:
-    vectors = unit_vectors(n, seed=len(prefix) + n)
+    vectors = _vectors(n, seed=len(prefix) + n)
     await conn.execute(INSERT, ws, prefix, store, [str(v.tolist()) for v in vectors])
     return vectors
 
@@ -64,7 +71,7 @@ async def _plan(conn: asyncpg.Connection, who: Principal, store: str, query: Vec
     statement = sq.SEARCH_ANN.vector
     rows = await conn.fetch(
         "EXPLAIN (COSTS OFF) " + statement.sql,
-        *sq.statement_args(statement, sq.with_text_ranks(values, {})),
+        *sq.statement_args(statement, {**values, "text_ids": []}),
     )
     return "\n".join(r[0] for r in rows)
 

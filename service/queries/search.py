@@ -112,35 +112,8 @@ ORDER BY score.rank DESC, m.id
 LIMIT :per_arm
 """
 
-# A memory's neighbours in write order, (created_at, id), the order of
-# memories_store_window (a search snapshot orders its rows the same way): the memory
-# written right before it ({side} "before") or right after it ("after") in its store, among
-# the store's active memories of the same scope (whoever may read one may read the other:
-# readability depends on the scope alone). {row}: the memory's row; {when}: a condition
-# on it, the probe is skipped when false.
-_NEIGHBOUR = """LEFT JOIN LATERAL (
-    SELECT n.id FROM memories n
-    WHERE {when} AND n.workspace_id = {row}.workspace_id AND n.store_id = {row}.store_id
-      AND n.status = 'active' AND n.scope = {row}.scope
-      AND (n.created_at, n.id) {op} ({row}.created_at, {row}.id)
-    ORDER BY n.created_at {order}, n.id {order}
-    LIMIT 1
-) {side} ON true"""
-
-
-def _neighbours(row: str, when: str = "true") -> str:
-    return "\n".join(
-        _NEIGHBOUR.format(row=row, when=when, side=side, op=op, order=order)
-        for side, op, order in (("before", "<", "DESC"), ("after", ">", "ASC"))
-    )
-
-
 # The vector arm, and the columns of its candidates and of the full-text arm's
-# (:text_ids with their :text_ranks, checked against the filters again: the store may
-# have changed since). The :lenders best candidates by fused score come with their
-# neighbours (one statement, no second round trip for them): the fused score is
-# service.ranking.fused's, in the same float8 arithmetic and order, ties by id;
-# :text_weight is its Weights.text. tests/test_ranking.py checks that the two agree.
+# (:text_ids, checked against the filters again: the store may have changed since).
 _VECTOR = """
 WITH vec AS (
     SELECT id, max(sim) AS sim FROM (
@@ -160,48 +133,23 @@ WITH vec AS (
     GROUP BY id
     ORDER BY max(sim) DESC
     LIMIT :per_arm
-), text AS (
-    SELECT * FROM unnest(:text_ids::text[], :text_ranks::float8[]) AS t(id, rank)
 ), ids AS (
-    SELECT id FROM vec UNION SELECT id FROM text
-), found AS (
-    SELECT m.id, m.text, m.kind, m.category, m.importance, m.proof_count, m.speaker,
-           m.superseded_by, m.event_date, m.created_at, {last_used_at} AS last_used_at,
-           coalesce(vec.sim, CASE WHEN m.embedding IS NULL THEN NULL
-                                  ELSE 1 - (m.embedding <=> :query_vector::vector) END)
-               AS cosine,
-           vec.sim IS NOT NULL AS in_vec, m.text_tokens,
-           text.rank AS fts, m.workspace_id, m.store_id, m.scope
-    FROM ids
-    -- One primary-key probe per candidate, whatever the planner believes of the store's
-    -- size (without statistics it hashed the whole store instead, 2.7 ms at 663 rows; or
-    -- walked the store's index once per candidate). OFFSET 0 keeps the filters out of
-    -- the probe.
-    CROSS JOIN LATERAL (
-        SELECT * FROM memories m WHERE m.workspace_id = :workspace AND m.id = ids.id OFFSET 0
-    ) m
-    LEFT JOIN vec ON vec.id = ids.id
-    LEFT JOIN text ON text.id = ids.id
-    WHERE {where}
-), bounds AS (
-    SELECT found.*, min(cosine) OVER () AS low, max(cosine) OVER () AS high,
-           max(fts) OVER () AS best
-    FROM found
-), placed AS (
-    SELECT bounds.*, row_number() OVER (ORDER BY
-        CASE WHEN cosine IS NULL THEN 0::float8
-             WHEN high - low > 0 THEN (cosine - low) / (high - low)
-             ELSE 1::float8 END
-        + CASE WHEN best > 0 AND fts <> 0 THEN :text_weight::float8 * fts / best
-               ELSE 0::float8 END DESC,
-        id COLLATE "C") <= :lenders AS lends
-    FROM bounds
+    SELECT id FROM vec UNION SELECT unnest(:text_ids::text[])
 )
-SELECT p.id, p.text, p.kind, p.category, p.importance, p.proof_count, p.speaker,
-       p.superseded_by, p.event_date, p.created_at, p.last_used_at, p.cosine, p.in_vec,
-       p.text_tokens, p.lends, before.id AS before, after.id AS after
-FROM placed p
-{neighbours}
+SELECT m.id, m.text, m.kind, m.category, m.importance, m.proof_count, m.speaker,
+       m.superseded_by, m.event_date, m.created_at, {last_used_at} AS last_used_at,
+       coalesce(vec.sim, CASE WHEN m.embedding IS NULL THEN NULL
+                              ELSE 1 - (m.embedding <=> :query_vector::vector) END) AS cosine,
+       vec.sim IS NOT NULL AS in_vec, m.text_tokens, m.written_after
+FROM ids
+-- One primary-key probe per candidate, whatever the planner believes of the store's size
+-- (without statistics it hashed the whole store instead, 2.7 ms at 663 rows; or walked the
+-- store's index once per candidate). OFFSET 0 keeps the filters out of the probe.
+CROSS JOIN LATERAL (
+    SELECT * FROM memories m WHERE m.workspace_id = :workspace AND m.id = ids.id OFFSET 0
+) m
+LEFT JOIN vec ON vec.id = ids.id
+WHERE {where}
 """
 
 # What part of the store a retrieval searches. "self" and "images" are spelled out as
@@ -231,7 +179,6 @@ def _retrieval(exact: bool, subset: str) -> Retrieval:
             # scan.
             exact="+ 0" if exact else "",
             last_used_at=LAST_USED_AT,
-            neighbours=_neighbours("p", when="p.lends"),
         )),
     )  # fmt: skip
 
@@ -318,26 +265,6 @@ async def store_and_profile(
     return store, profile
 
 
-# The neighbours (_NEIGHBOUR) of each of :ids.
-NEIGHBOURS = NamedSQL(f"""
-SELECT m.id, before.id AS before, after.id AS after
-FROM memories m
-{_neighbours("m")}
-WHERE m.workspace_id = :workspace AND m.id = ANY(:ids::text[])
-""")
-
-
-async def neighbours(
-    conn: Conn, workspace_id: str, ids: Sequence[str]
-) -> dict[str, tuple[str | None, str | None]]:
-    """Each of ``ids``' neighbours in write order (NEIGHBOURS): (before, after)."""
-    if not ids:
-        return {}
-    rows = await conn.fetch(NEIGHBOURS.sql, *NEIGHBOURS.args({"workspace": workspace_id,
-                                                              "ids": list(ids)}))  # fmt: skip
-    return {r["id"]: (r["before"], r["after"]) for r in rows}
-
-
 @dataclass(frozen=True)
 class SearchFilters:
     categories: list[str] | None = None
@@ -372,10 +299,8 @@ class Candidate:
     in_vec: bool
     fts_rank: float | None
     text_tokens: int | None = None  # None: not counted yet (the worker counts them)
-    # The memories written right before and after it (service.ranking.lenders), when it
-    # is one of the best candidates the SQL arms were asked for the neighbours of;
-    # ``None`` otherwise.
-    neighbours: tuple[str | None, str | None] | None = None
+    # The memory written right before it in its store and scope (0013_written_after.sql).
+    written_after: str | None = None
 
 
 def statement_values(
@@ -391,13 +316,9 @@ def statement_values(
     speaker: str | None = None,
     self_only: bool | None = None,
     images: bool | None = None,
-    lenders: int = 0,
-    text_weight: float = 1.0,
 ) -> dict[str, object]:
     """The parameters of a retrieval's statements, by name (see _WHERE, _TEXT and
-    _VECTOR); each statement takes those it names. ``lenders``: how many of the best
-    candidates come with their neighbours, ``text_weight`` the fusion's weight of the
-    full-text arm (service.ranking)."""
+    _VECTOR); each statement takes those it names."""
     return {
         "workspace": principal.workspace_id, "store": store_id,
         "is_service": principal.is_service, "member": principal.member,
@@ -410,7 +331,7 @@ def statement_values(
         "self_only": self_only, "images": images,
         "query_vector": None if query_vector is None else Vector(query_vector),
         "query_text": query_text, "per_arm": per_arm, "docs": float(stats.docs),
-        "avgdl": stats.avgdl, "budget": budget, "lenders": lenders, "text_weight": text_weight,
+        "avgdl": stats.avgdl, "budget": budget,
     }  # fmt: skip
 
 
@@ -424,11 +345,6 @@ def planned_once(stats: Profile) -> bool:
 def statement_args(statement: NamedSQL, values: dict[str, object]) -> list[object]:
     """The values one of a retrieval's statements takes, in its order."""
     return statement.args({n: v for n, v in values.items() if n in statement.names})
-
-
-def with_text_ranks(values: dict[str, object], ranks: dict[str, float]) -> dict[str, object]:
-    """The vector arm's values: a retrieval's, and the full-text arm's ranks."""
-    return {**values, "text_ids": list(ranks), "text_ranks": list(ranks.values())}
 
 
 async def text_ranks(
@@ -447,17 +363,12 @@ async def with_vectors(
     values: dict[str, object],
     ranks: dict[str, float],
 ) -> list[Candidate]:
-    """The vector arm, and every candidate of both arms (``ranks``: the full-text arm's),
-    the lenders with their neighbours."""
-    args = statement_args(retrieval.vector, with_text_ranks(values, ranks))
-    rows = await conn.fetch(retrieval.vector.sql, *args)
-    out = []
-    for r in rows:
-        columns = dict(r.items())
-        lends, before, after = columns.pop("lends"), columns.pop("before"), columns.pop("after")
-        near = (before, after) if lends else None
-        out.append(Candidate(fts_rank=ranks.get(r[0]), neighbours=near, **columns))
-    return out
+    """The vector arm, and every candidate of both arms (``ranks``: the full-text arm's)."""
+    rows = await conn.fetch(
+        retrieval.vector.sql,
+        *statement_args(retrieval.vector, {**values, "text_ids": list(ranks)}),
+    )
+    return [Candidate(fts_rank=ranks.get(r[0]), **dict(r.items())) for r in rows]
 
 
 async def run_statement(
@@ -484,13 +395,9 @@ async def candidates(
     use_fts: bool = True,
     exact: bool | None = None,
     ranks: dict[str, float] | None = None,
-    lenders: int = 0,
-    text_weight: float = 1.0,
 ) -> list[Candidate]:
     """Both arms' candidates (unordered), for one store. ``ranks``: the full-text arm's,
-    when they were already asked for (``plan``/``text_ranks``); the ``lenders`` best by
-    fused score (``text_weight``: the fusion's weight of the full-text arm) come with
-    their neighbours (``Candidate.neighbours``).
+    when they were already asked for (``plan``/``text_ranks``).
 
     Fewer than ``EXACT_BELOW`` memories in the searched part of the store: an exact scan
     (at that size faster than the index, and it never misses). More: the HNSW index with
@@ -502,7 +409,7 @@ async def candidates(
     retrieval, values = plan(
         principal, store_id, stats, query_vector, query_text, filters, per_arm=per_arm,
         subset=subset, speaker=speaker, self_only=self_only, images=images, use_fts=use_fts,
-        exact=exact, lenders=lenders, text_weight=text_weight,
+        exact=exact,
     )  # fmt: skip
     if ranks is None:
         ranks = await text_ranks(conn, retrieval, values)
@@ -530,8 +437,6 @@ def plan(
     images: bool | None = None,
     use_fts: bool = True,
     exact: bool | None = None,
-    lenders: int = 0,
-    text_weight: float = 1.0,
 ) -> tuple[Retrieval, dict[str, object]]:
     """Which statements a retrieval runs, and their values (``query_vector`` may be
     missing while only the full-text arm is asked for)."""
@@ -540,7 +445,7 @@ def plan(
     values = statement_values(
         principal, store_id, stats, query_vector, query_text if use_fts else "", filters,
         per_arm=per_arm, budget=UNBOUNDED if exact else MATCH_BUDGET, speaker=speaker,
-        self_only=self_only, images=images, lenders=lenders, text_weight=text_weight,
+        self_only=self_only, images=images,
     )  # fmt: skip
     return STATEMENTS[exact, subset], values
 

@@ -38,7 +38,7 @@ SELECT coalesce((SELECT version FROM store_versions WHERE workspace_id = $1 AND 
 # position.
 CANDIDATE_COLUMNS = f"""
 m.id, m.text, m.kind, m.category, m.importance, m.proof_count, m.speaker, m.superseded_by,
-m.event_date, m.created_at, {LAST_USED_AT} AS last_used_at, m.text_tokens
+m.event_date, m.created_at, {LAST_USED_AT} AS last_used_at, m.text_tokens, m.written_after
 """
 
 # Rows in id order; their position in it is the row number every other part refers to.

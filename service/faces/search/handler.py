@@ -207,8 +207,6 @@ async def answer(
     now = datetime.now(UTC)
     per_arm = max(60, 4 * req.max_results)
     named = ranking.named_speaker(req.query, stats.speakers) if model.features else None
-    # How many of the best candidates lend part of their score to their neighbours.
-    lending = ranking.lender_count() if model.features else 0
     self_mode = model.self_apart
     wants_self = req.speaker == "me" and self_mode
     # verify's passes draw on one retrieval, a little deeper than a plain one.
@@ -248,18 +246,12 @@ async def answer(
                 found = await sq.candidates(
                     await lazy.get(), principal, store.id, stats, vector, req.query, filters,
                     per_arm=depth, subset=subset, speaker=speaker, self_only=self_only,
-                    images=images, use_fts=model.fuse_text, ranks=ranks, lenders=lending,
-                    text_weight=ranking.DEFAULT_WEIGHTS.text,
+                    images=images, use_fts=model.fuse_text, ranks=ranks,
                 )  # fmt: skip
             request.app[METRICS].retrievals.labels(path).inc()
-            near = None
-            if lending and path == "sql":  # the lenders came with their neighbours
-                near = {c.id: c.neighbours for c in found if c.neighbours is not None}
-            elif lending and snap is not None:  # exact for the store's version, either way
-                near = snap.neighbours(ranking.lenders(found, fuse_text=model.fuse_text))
             return ranking.scored(
                 found, fuse_text=model.fuse_text, use_features=model.features, now=now,
-                speaker=named, neighbours=near,
+                speaker=named,
             )  # fmt: skip
 
         # The full-text arm needs no vector: it runs while the model encodes the query
