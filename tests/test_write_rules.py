@@ -201,11 +201,12 @@ async def test_the_change_trigger_watches_every_column_but_the_workers(
     # Columns that may change without a reader seeing a difference: identity, the
     # worker's claim state and what is derived from another watched column (the vector
     # and its model, and whether it has chunks, come with embedding_status) or bookkeeping.
-    # The token count is watched (0010): search snapshots bill it.
+    # The token count is watched (0010): search snapshots bill it. written_after is set
+    # once, as the row is inserted (0013), like created_at.
     unwatched = {
         "workspace_id", "id", "created_at", "updated_at", "search_tsv",
         "embedding", "embedding_model", "embedding_generation", "embedding_attempts",
-        "embedding_error", "embedding_lease_until", "chunked",
+        "embedding_error", "embedding_lease_until", "chunked", "written_after",
     }  # fmt: skip
     columns = {
         r["column_name"]

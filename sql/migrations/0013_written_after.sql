@@ -6,7 +6,9 @@
 -- search time (a probe per lender cost a search ~1 ms).
 --
 -- Fixed at write time: a neighbour deleted later stays the link (a deleted memory is
--- never a candidate, so it lends and borrows nothing).
+-- never a candidate, so it lends and borrows nothing), and a memory moved to another
+-- scope keeps its links (lending only happens between two candidates, both readable by
+-- the caller).
 ALTER TABLE memories ADD COLUMN written_after text;
 
 CREATE INDEX memories_scope_window ON memories (workspace_id, store_id, scope, created_at DESC, id DESC);
