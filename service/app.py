@@ -12,6 +12,9 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
+import secrets
+import socket
 from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
@@ -24,7 +27,7 @@ from service.inputs import input_middleware
 from service.metrics import Metrics
 from service.middleware import access_middleware, context_middleware
 from service.outage import Outage
-from service.queries import idempotency, ratelimit, search, stores, usage
+from service.queries import idempotency, leases, ratelimit, search, stores, usage
 from service.queries import memories as q
 from service.queries.search import Toucher
 from service.routes import ROUTES, Route
@@ -223,41 +226,57 @@ async def embedding_worker(app: web.Application) -> AsyncIterator[None]:
         await _cancel(task)
 
 
+JANITOR_LEASE = "janitor"
+# The janitor's lease outlives this many of its passes: a replica that stops (or dies)
+# hands the janitor to another within that many intervals.
+LEASE_PASSES = 3
+
+
+async def janitor_pass(app: web.Application, holder: str, *, retention: bool) -> bool:
+    """One pass of housekeeping, if ``holder`` holds the janitor's lease (taken or
+    renewed here; any number of replicas share a database, one of them does this at a
+    time). Returns whether it ran."""
+    settings = app[SETTINGS]
+    pool = app[POOL]
+    interval = min(JANITOR_INTERVAL_S, settings.retention_interval_s)
+    if not await leases.take(pool, JANITOR_LEASE, holder, LEASE_PASSES * interval):
+        return False
+    async with pool.acquire() as conn:
+        await ratelimit.prune(conn)
+        await idempotency.prune(conn)
+        await usage.prune(conn)
+        await search.compact_stats(conn)
+        await stores.prune_versions(conn)
+    while retention:
+        async with pool.acquire() as conn, conn.transaction():
+            archived = await q.archive_due(conn, settings.transitory_idle_s)
+            for workspace_id, memory in archived:
+                await q.add_version(conn, workspace_id, memory, "modified", "retention")
+        if archived:
+            log.info("retention archived memories", extra={"count": len(archived)})
+        retention = len(archived) >= 1000
+    return True
+
+
 async def janitor(app: web.Application) -> AsyncIterator[None]:
     """Housekeeping: spent rate-limit windows, expired idempotency keys, search-statistics
-    deltas, retention; and, in a task of its own (a build takes minutes), large stores'
-    own vector indexes."""
+    deltas, retention (``janitor_pass``, on one replica at a time); and, in a task of its
+    own (a build takes minutes), large stores' own vector indexes."""
     settings = app[SETTINGS]
-
-    async def retention() -> None:
-        pool = app[POOL]
-        while True:
-            async with pool.acquire() as conn, conn.transaction():
-                archived = await q.archive_due(conn, settings.transitory_idle_s)
-                for workspace_id, memory in archived:
-                    await q.add_version(conn, workspace_id, memory, "modified", "retention")
-            if archived:
-                log.info("retention archived memories", extra={"count": len(archived)})
-            if len(archived) < 1000:
-                return
+    holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
     async def loop() -> None:
+        interval = min(JANITOR_INTERVAL_S, settings.retention_interval_s)
         since_retention = settings.retention_interval_s
         while True:
             try:
-                async with app[POOL].acquire() as conn:
-                    await ratelimit.prune(conn)
-                    await idempotency.prune(conn)
-                    await usage.prune(conn)
-                    await search.compact_stats(conn)
-                    await stores.prune_versions(conn)
-                if since_retention >= settings.retention_interval_s:
+                due = since_retention >= settings.retention_interval_s
+                if await janitor_pass(app, holder, retention=due) and due:
                     since_retention = 0.0
-                    await retention()
             except Exception as exc:
                 app[OUTAGE].note(exc, log, "janitor pass failed; will retry")
-            await asyncio.sleep(min(JANITOR_INTERVAL_S, settings.retention_interval_s))
-            since_retention += min(JANITOR_INTERVAL_S, settings.retention_interval_s)
+            await asyncio.sleep(interval)
+            since_retention += interval
 
     async def indexes() -> None:
         while True:
@@ -275,3 +294,7 @@ async def janitor(app: web.Application) -> AsyncIterator[None]:
     yield
     for task in tasks:
         await _cancel(task)
+    try:  # another replica need not wait for the lease to run out
+        await leases.release(app[POOL], JANITOR_LEASE, holder)
+    except Exception as exc:
+        app[OUTAGE].note(exc, log, "could not release the janitor's lease")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -189,3 +190,50 @@ async def test_worker_once_and_reembed(
     assert models == {"embed me": "all-MiniLM-L6-v2", "me too": "all-MiniLM-L6-v2"}
     result = mneme(db_url, "reembed", "--all")
     assert b"queued 2 memories" in result.stderr
+
+
+async def test_the_janitor_runs_on_one_replica_at_a_time(
+    make_client: Any, settings: Any, conn: asyncpg.Connection
+) -> None:
+    """Two replicas on one database: one holds the janitor's lease (a row, so it holds
+    through a transaction pooler), the other's passes do nothing until it runs out."""
+    from service import app as mneme_app
+    from service.queries import leases
+
+    quiet = settings.with_overrides(retention_interval_s=3600.0)  # one pass each, at start
+    first, second = await make_client(quiet), await make_client(quiet)
+    for _ in range(50):
+        if await conn.fetchval("SELECT count(*) FROM leases") == 1:
+            break
+        await asyncio.sleep(0.1)
+    holder = await conn.fetchval("SELECT holder FROM leases WHERE name = 'janitor'")
+    assert holder is not None
+
+    async def spent_window() -> None:
+        await conn.execute(
+            "INSERT INTO rate_limit_counters VALUES ('ws_spent', now() - interval '1 hour', 1)"
+        )
+
+    async def spent_left() -> bool:
+        spent = "SELECT count(*) FROM rate_limit_counters WHERE workspace_id = 'ws_spent'"
+        return bool(await conn.fetchval(spent))
+
+    await spent_window()
+    # Not the holder: nothing done.
+    for app in (first.app, second.app):
+        assert not await mneme_app.janitor_pass(app, "another:1", retention=True)
+    assert await spent_left()
+    # The lease runs out (its holder stopped): the next replica to try takes it over.
+    await conn.execute("UPDATE leases SET until = now() - interval '1 second'")
+    assert await mneme_app.janitor_pass(second.app, "another:1", retention=True)
+    assert not await spent_left()
+    assert await conn.fetchval("SELECT holder FROM leases") == "another:1"
+    # The new holder renews it; the old one is refused.
+    await spent_window()
+    assert not await mneme_app.janitor_pass(first.app, holder, retention=False)
+    assert await spent_left()
+    assert await mneme_app.janitor_pass(second.app, "another:1", retention=False)
+    assert not await spent_left()
+    # Given up (a replica shutting down does), it is free at once.
+    await leases.release(conn, mneme_app.JANITOR_LEASE, "another:1")
+    assert await mneme_app.janitor_pass(first.app, holder, retention=False)
