@@ -498,6 +498,48 @@ async def queue_state(conn: asyncpg.Connection | asyncpg.Pool) -> tuple[int, flo
     return int(row["depth"]), float(row["lag"])
 
 
+# A probe's count stops here: past it, what /readyz and /metrics report is the exact count
+# taken at most once per QUEUE_RECOUNT_S (a count over a million pending rows is a scan of
+# the queue's index; a probe every few seconds from every replica must not be one).
+QUEUE_CAP = 10_000
+QUEUE_RECOUNT_S = 30.0
+
+QUEUE_BOUNDED = """
+SELECT (SELECT count(*) FROM (
+            SELECT 1 FROM memories WHERE embedding_status = 'pending' LIMIT $1
+        ) s) AS depth,
+       coalesce(extract(epoch FROM now() - (
+           SELECT min(updated_at) FROM memories WHERE embedding_status = 'pending'
+       )), 0)::float8 AS lag
+"""
+
+
+class QueueProbe:
+    """The embedding queue's depth and lag for probes, at a bounded cost per probe: an
+    exact count up to ``QUEUE_CAP`` (an index walk of at most that many entries; the lag
+    is one index probe), and past it the last exact count, retaken at most every
+    ``QUEUE_RECOUNT_S`` seconds (so a large backlog may read up to that old)."""
+
+    def __init__(self, cap: int = QUEUE_CAP, recount_s: float = QUEUE_RECOUNT_S) -> None:
+        self.cap, self.recount_s = cap, recount_s
+        self._counted: tuple[float, int] | None = None  # (when, exact depth)
+        self._counting = asyncio.Lock()
+
+    async def state(self, conn: asyncpg.Connection | asyncpg.Pool) -> tuple[int, float]:
+        """(memories waiting for a vector, age in seconds of the oldest)."""
+        row = await conn.fetchrow(QUEUE_BOUNDED, self.cap + 1)
+        assert row is not None
+        depth, lag = int(row["depth"]), float(row["lag"])
+        if depth <= self.cap:
+            return depth, lag
+        async with self._counting:  # probes at once share one count
+            counted = self._counted
+            if counted is None or time.monotonic() - counted[0] >= self.recount_s:
+                exact, _ = await queue_state(conn)
+                counted = self._counted = (time.monotonic(), exact)
+        return max(counted[1], self.cap + 1), lag
+
+
 REQUEUE = """
 UPDATE memories
 SET embedding_status = 'pending', embedding_generation = embedding_generation + 1,

@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Callable
 from aiohttp import web
 
 from embeddings import Embedder
-from embeddings.worker import Worker, WorkerConfig
+from embeddings.worker import QueueProbe, Worker, WorkerConfig
 from service import db, store_indexes
 from service.bootstrap import bootstrap, print_first_key
 from service.inputs import input_middleware
@@ -42,6 +42,7 @@ from service.state import (
     OUTAGE,
     PLANNED_ONCE_POOL,
     POOL,
+    QUEUE,
     RECENT_KEYS,
     ROUTE_SPECS,
     SETTINGS,
@@ -101,6 +102,7 @@ def create_app(
     app[EMBEDDER] = EmbedderSlot()
     app[OUTAGE] = Outage()
     app[RECENT_KEYS] = RecentKeys()
+    app[QUEUE] = QueueProbe()
     specs: dict[web.AbstractRoute, Route] = {}
     for spec in ROUTES:
         specs[app.router.add_route(spec.method, spec.path, spec.handler)] = spec

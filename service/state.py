@@ -14,6 +14,7 @@ from aiohttp import web
 
 from embeddings import Embedder
 from embeddings.batcher import QueryEncoder
+from embeddings.worker import QueueProbe
 from service.outage import Outage
 from service.queries.search import Toucher
 from service.queries.usage import Meter
@@ -82,3 +83,5 @@ TOUCHER = web.AppKey("toucher", Toucher)
 METER = web.AppKey("meter", Meter)
 OUTAGE = web.AppKey("outage", Outage)
 RECENT_KEYS = web.AppKey("recent_keys", RecentKeys)
+# The embedding queue as /readyz and /metrics read it (bounded cost per probe).
+QUEUE = web.AppKey("queue", QueueProbe)

@@ -19,7 +19,7 @@ import pytest
 from embeddings import Chunk, Vectors, document_text
 from embeddings.batcher import QueryEncoder
 from embeddings.model import SentenceTransformerEmbedder
-from embeddings.worker import Worker, WorkerConfig, queue_state
+from embeddings.worker import QueueProbe, Worker, WorkerConfig, queue_state
 from service import db
 from service.settings import Settings
 from tests.helpers import ADMIN, Client
@@ -363,3 +363,23 @@ def test_token_counts_are_taken_a_slice_at_a_time() -> None:
     assert count_in_slices(Counter(), texts) == [len(t) for t in texts]  # type: ignore[arg-type]
     assert [len(c) for c in calls] == [2, 1, 1, 1]
     assert all(sum(map(len, c)) <= COUNT_SLICE_CHARS or len(c) == 1 for c in calls)
+
+
+async def test_the_queue_probe_counts_up_to_its_cap_then_recounts_at_most_so_often(
+    client: Client, pool: asyncpg.Pool
+) -> None:
+    """/readyz and /metrics read the queue through QueueProbe: no count over a large
+    backlog on every probe."""
+    probe = QueueProbe(cap=5, recount_s=3600.0)
+    await write(client, [{"text": f"waiting number {i}"} for i in range(4)])
+    assert (await probe.state(pool))[0] == 4  # under the cap: exact, every time
+    await write(client, [{"text": f"more waiting number {i}"} for i in range(4)])
+    depth, lag = await probe.state(pool)
+    assert (depth, lag >= 0) == (8, True)  # past the cap: counted once
+    await write(client, [{"text": f"still more number {i}"} for i in range(3)])
+    assert (await probe.state(pool))[0] == 8  # ... and not again before recount_s
+    probe.recount_s = 0.0
+    assert (await probe.state(pool))[0] == 11
+    assert (await queue_state(pool))[0] == 11
+    resp = await client.get("/readyz")
+    assert (await resp.json())["embeddingQueue"] == 11

@@ -9,10 +9,9 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from embeddings.worker import queue_state
 from service import migrations
 from service.jsonutil import json_response
-from service.state import EMBEDDER, METRICS, OUTAGE, POOL, SNAPSHOTS
+from service.state import EMBEDDER, METRICS, OUTAGE, POOL, QUEUE, SNAPSHOTS
 
 log = logging.getLogger("mneme.ops")
 
@@ -31,7 +30,7 @@ async def readyz(request: web.Request) -> web.Response:
     }
     try:
         async with request.app[POOL].acquire() as conn:
-            body["embeddingQueue"], _ = await queue_state(conn)
+            body["embeddingQueue"], _ = await request.app[QUEUE].state(conn)
             try:
                 await migrations.check_current(conn)
             except migrations.MigrationError as exc:
@@ -49,7 +48,7 @@ async def metrics(request: web.Request) -> web.Response:
     m = request.app[METRICS]
     m.snapshot_bytes.set(request.app[SNAPSHOTS].held_bytes)
     try:
-        depth, lag = await queue_state(request.app[POOL])
+        depth, lag = await request.app[QUEUE].state(request.app[POOL])
         m.embedding_queue.set(depth)
         m.embedding_lag.set(lag)
     except Exception as exc:
