@@ -31,14 +31,51 @@ log = logging.getLogger("mneme.worker")
 
 CHANNEL = "mneme_embed"
 
+# A batch is shared fairly among the workspaces with memories waiting: each gets its
+# oldest first, round by round (every workspace's oldest, then every one's second
+# oldest, ...), so one tenant's bulk import of a million memories cannot hold back
+# another's next write by a million places. The workspaces waiting are found by a skip
+# scan of memories_embedding_backlog (one index probe per workspace waiting, not a walk
+# of the backlog); of them, the $1 that have waited longest are served, each from its
+# own part of the same index, at most $1 read each. The rows offered are locked and
+# checked again as they are claimed: a row another worker is claiming at this moment is
+# skipped, one it has claimed (leased) is not offered.
 CLAIM = """
-WITH claimed AS (
-    SELECT workspace_id, id FROM memories
-    WHERE embedding_status = 'pending'
-      AND (embedding_lease_until IS NULL OR embedding_lease_until < now())
-    ORDER BY updated_at
+WITH RECURSIVE waiting AS (
+    (SELECT workspace_id FROM memories WHERE embedding_status = 'pending'
+     ORDER BY workspace_id LIMIT 1)
+    UNION ALL
+    SELECT (SELECT m.workspace_id FROM memories m
+            WHERE m.embedding_status = 'pending' AND m.workspace_id > w.workspace_id
+            ORDER BY m.workspace_id LIMIT 1)
+    FROM waiting w WHERE w.workspace_id IS NOT NULL
+), heads AS (
+    SELECT w.workspace_id FROM waiting w
+    CROSS JOIN LATERAL (
+        SELECT m.updated_at, m.id FROM memories m
+        WHERE m.workspace_id = w.workspace_id AND m.embedding_status = 'pending'
+          AND (m.embedding_lease_until IS NULL OR m.embedding_lease_until < now())
+        ORDER BY m.updated_at, m.id LIMIT 1
+    ) oldest
+    ORDER BY oldest.updated_at, oldest.id
     LIMIT $1
-    FOR UPDATE SKIP LOCKED
+), offered AS (
+    SELECT c.workspace_id, c.id, c.updated_at,
+           row_number() OVER (PARTITION BY c.workspace_id ORDER BY c.updated_at, c.id) AS round
+    FROM heads w
+    CROSS JOIN LATERAL (
+        SELECT m.workspace_id, m.id, m.updated_at FROM memories m
+        WHERE m.workspace_id = w.workspace_id AND m.embedding_status = 'pending'
+          AND (m.embedding_lease_until IS NULL OR m.embedding_lease_until < now())
+        ORDER BY m.updated_at, m.id LIMIT $1
+    ) c
+), claimed AS (
+    SELECT m.workspace_id, m.id, o.round FROM memories m
+    JOIN (SELECT * FROM offered ORDER BY round, updated_at, id LIMIT $1) o
+      ON o.workspace_id = m.workspace_id AND o.id = m.id
+    WHERE m.embedding_status = 'pending'
+      AND (m.embedding_lease_until IS NULL OR m.embedding_lease_until < now())
+    FOR UPDATE OF m SKIP LOCKED
 )
 UPDATE memories m
 SET embedding_lease_until = now() + make_interval(secs => $2),
@@ -46,7 +83,7 @@ SET embedding_lease_until = now() + make_interval(secs => $2),
 FROM claimed c
 WHERE m.workspace_id = c.workspace_id AND m.id = c.id
 RETURNING m.workspace_id, m.id, m.text, m.speaker, m.embedding_generation,
-          m.embedding_attempts, m.updated_at
+          m.embedding_attempts, m.updated_at, c.round
 """
 
 
@@ -235,12 +272,14 @@ class Worker:
     # --- one batch ------------------------------------------------------------------------
 
     async def claim(self) -> list[Claimed]:
-        """Lease the oldest pending rows, up to ``claim_size`` rows and ``claim_chars``."""
+        """Lease pending rows (CLAIM: shared among the workspaces waiting, the oldest of
+        each first), up to ``claim_size`` rows and ``claim_chars``; past the characters,
+        the last rounds go back."""
         rows = await self.pool.fetch(CLAIM, self.config.claim_size, self.config.lease_s)
         claimed: list[Claimed] = []
         extra: list[asyncpg.Record] = []
         chars = 0
-        for r in sorted(rows, key=lambda r: (r["updated_at"], r["id"])):
+        for r in sorted(rows, key=lambda r: (r["round"], r["updated_at"], r["id"])):
             if claimed and chars + len(r["text"]) > self.config.claim_chars:
                 extra.append(r)
                 continue

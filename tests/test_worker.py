@@ -21,8 +21,9 @@ from embeddings.batcher import QueryEncoder
 from embeddings.model import SentenceTransformerEmbedder
 from embeddings.worker import QueueProbe, Worker, WorkerConfig, queue_state
 from service import db
+from service.queries import keys, tenancy
 from service.settings import Settings
-from tests.helpers import ADMIN, Client
+from tests.helpers import ADMIN, Client, auth
 
 
 class Recording:
@@ -383,3 +384,37 @@ async def test_the_queue_probe_counts_up_to_its_cap_then_recounts_at_most_so_oft
     assert (await queue_state(pool))[0] == 11
     resp = await client.get("/readyz")
     assert (await resp.json())["embeddingQueue"] == 11
+
+
+async def test_a_bulk_import_does_not_starve_another_workspaces_writes(
+    client: Client, pool: asyncpg.Pool, embedder: SentenceTransformerEmbedder
+) -> None:
+    """One workspace has 60 memories waiting, another writes 3 after them: the next batch
+    of 10 shares itself out, round by round, instead of taking the importer's oldest ten."""
+    async with pool.acquire() as conn:
+        other = await tenancy.create_workspace(conn, "other", "free")
+        assert other is not None
+        _, secret = await keys.create_key(
+            conn, other.id, kind="service", member=None, scopes=list(keys.SCOPES), name=None
+        )
+    await write(client, [{"text": f"imported memory number {i}"} for i in range(60)])
+    resp = await client.post(
+        "/api/v1/memories", headers=auth(secret),
+        json={"memories": [{"text": f"their memory {i}"} for i in range(3)]},
+    )  # fmt: skip
+    assert resp.status == 200, await resp.text()
+    theirs = {r["id"] for r in await pool.fetch(
+        "SELECT id FROM memories WHERE workspace_id = $1", other.id)}  # fmt: skip
+    worker = Worker(pool, embedder, WorkerConfig(claim_size=10))
+    first = await worker.claim()
+    assert len(first) == 10
+    assert {c.id for c in first} & theirs == theirs  # all three, and 7 of the import
+    oldest = await pool.fetch(
+        "SELECT id FROM memories WHERE workspace_id <> $1 ORDER BY updated_at, id LIMIT 7",
+        other.id,
+    )  # fmt: skip
+    assert {c.id for c in first} - theirs == {r["id"] for r in oldest}  # the import's oldest
+    # Claimed rows are leased: the next claim takes the next ten of the import.
+    second = await worker.claim()
+    assert len(second) == 10 and not {c.id for c in second} & {c.id for c in first}
+    await worker.release([(c.workspace_id, c.id) for c in first + second])
