@@ -26,7 +26,7 @@ RUN pip install . \
 
 RUN useradd --system --uid 10001 --create-home --home-dir /home/mneme mneme \
  && mkdir /data && chown mneme:mneme /data
-USER mneme
+USER 10001
 
 # Listen on all interfaces inside the container; with no MNEME_DATABASE_URL the embedded
 # PostgreSQL keeps its data in /data (mount a volume there).
