@@ -43,6 +43,8 @@ from service.state import (
     PLANNED_ONCE_POOL,
     POOL,
     QUEUE,
+    READ_PLANNED_ONCE_POOL,
+    READ_POOL,
     RECENT_KEYS,
     ROUTE_SPECS,
     SETTINGS,
@@ -121,7 +123,18 @@ def create_app(
             planned = await db.create_pool(url, settings, planned_once=True, min_size=1)
             pools.push_async_callback(planned.close)
             app[PLANNED_ONCE_POOL] = planned
-            snapshots = Snapshots(pool, max_bytes=settings.snapshot_bytes)
+            app[READ_POOL], app[READ_PLANNED_ONCE_POOL] = pool, planned
+            if settings.read_database_url is not None:
+                read = await db.create_pool(settings.read_database_url, settings)
+                pools.push_async_callback(read.close)
+                read_planned = await db.create_pool(
+                    settings.read_database_url, settings, planned_once=True, min_size=1
+                )
+                pools.push_async_callback(read_planned.close)
+                app[READ_POOL], app[READ_PLANNED_ONCE_POOL] = read, read_planned
+            # Snapshots are read where searches read: a snapshot is exact for the store
+            # version that side has (service.faces.search.handler).
+            snapshots = Snapshots(app[READ_POOL], max_bytes=settings.snapshot_bytes)
             pools.push_async_callback(snapshots.close)
             app[SNAPSHOTS] = snapshots
             async with pool.acquire() as conn:

@@ -61,6 +61,8 @@ def parse_rate_limits(raw: str) -> dict[str, int]:
 @dataclass(frozen=True)
 class Settings:
     database_url: str | None = None
+    # A hot standby of it, for the read faces (browse, search, store listings, versions).
+    read_database_url: str | None = None
     data_dir: Path = Path(".mneme")
     host: str = "127.0.0.1"
     port: int = 8080
@@ -123,6 +125,8 @@ class Settings:
         kwargs: dict[str, object] = {}
         if (url := get("MNEME_DATABASE_URL")) is not None:
             kwargs["database_url"] = url
+        if (read_url := get("MNEME_READ_DATABASE_URL")) is not None:
+            kwargs["read_database_url"] = read_url
         if (data_dir := get("MNEME_DATA_DIR")) is not None:
             kwargs["data_dir"] = Path(data_dir)
         if (host := get("MNEME_HOST")) is not None:

@@ -73,6 +73,10 @@ DATABASE_URL = web.AppKey("database_url", str)
 # Connections that plan each statement once (generic plans), for statements whose best plan
 # never depends on their values (service.db.PLANNED_ONCE_SETTINGS says which).
 PLANNED_ONCE_POOL = web.AppKey("planned_once_pool", asyncpg.Pool)
+# The same two for reads that may lag the primary a little (MNEME_READ_DATABASE_URL, a hot
+# standby; the primary's pools without one): browse, search, store listings, versions.
+READ_POOL = web.AppKey("read_pool", asyncpg.Pool)
+READ_PLANNED_ONCE_POOL = web.AppKey("read_planned_once_pool", asyncpg.Pool)
 # Small stores' vectors and postings in memory, for search (service.snapshots).
 SNAPSHOTS = web.AppKey("snapshots", Snapshots)
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics")

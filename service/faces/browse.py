@@ -20,7 +20,7 @@ from service.jsonutil import iso, json_response
 from service.middleware import principal_of
 from service.queries import browse
 from service.queries import memories as q
-from service.state import POOL
+from service.state import READ_POOL
 from service.validation import STATUSES, TIERS, query_int
 
 DEFAULT_LIMIT = 25
@@ -102,7 +102,7 @@ def render(row: browse.Row) -> dict[str, Any]:
 
 async def list_memories(request: web.Request) -> web.Response:
     principal = principal_of(request)
-    pool = request.app[POOL]
+    pool = request.app[READ_POOL]  # may lag the primary (MNEME_READ_DATABASE_URL)
     limit, capped = parse_limit(_param(request, "limit"))
     store_id = None
     if (store_ref := _param(request, "store")) is not None:

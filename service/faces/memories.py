@@ -18,7 +18,7 @@ from service.middleware import principal_of
 from service.queries import idempotency
 from service.queries import memories as q
 from service.render import memory_object
-from service.state import PLANNED_ONCE_POOL, POOL
+from service.state import PLANNED_ONCE_POOL, POOL, READ_POOL
 
 _encoder = msgspec.json.Encoder()
 
@@ -145,7 +145,7 @@ async def list_versions(request: web.Request) -> web.Response:
     include = request.query.get("include", "")
     if include not in ("", "text"):
         raise bad_request(f"include may only be 'text', got {include!r}", param="include")
-    pool = request.app[POOL]
+    pool = request.app[READ_POOL]  # may lag the primary (MNEME_READ_DATABASE_URL)
     if await q.get_readable(pool, principal, memory_id) is None:
         raise not_found(f"Memory {memory_id!r} not found")
     body = await versions_body(pool, principal.workspace_id, memory_id, with_text=bool(include))

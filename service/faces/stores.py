@@ -26,7 +26,7 @@ from service.queries import memories as q
 from service.queries import stores as sq
 from service.queries.keys import Principal
 from service.queries.memories import Memory, Store
-from service.state import PLANNED_ONCE_POOL, POOL
+from service.state import PLANNED_ONCE_POOL, POOL, READ_POOL
 
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 100
@@ -123,9 +123,12 @@ def page(data: list[dict[str, Any]], has_more: bool) -> dict[str, Any]:
     }
 
 
-async def the_store(request: web.Request) -> Store:
+async def the_store(request: web.Request, *, read: bool = False) -> Store:
+    """The store the path names; ``read``: for a read that may lag the primary (from
+    MNEME_READ_DATABASE_URL's standby, if set), not for a write."""
     ref = request.match_info["store_id"]
-    store = await q.resolve_store(request.app[POOL], principal_of(request).workspace_id, ref)
+    pool = request.app[READ_POOL if read else POOL]
+    store = await q.resolve_store(pool, principal_of(request).workspace_id, ref)
     if store is None:
         raise not_found(f"Memory store {ref!r} not found")
     return store
@@ -160,14 +163,14 @@ async def list_stores(request: web.Request) -> web.Response:
     limit = parse_limit(request)
     after, before = paging_ids(request)
     stores, has_more = await sq.list_stores(
-        request.app[POOL], principal_of(request).workspace_id,
+        request.app[READ_POOL], principal_of(request).workspace_id,
         after=after or "", before=before, limit=limit,
     )  # fmt: skip
     return json_response(page([store_object(s) for s in stores], has_more))
 
 
 async def get_store(request: web.Request) -> web.Response:
-    return json_response(store_object(await the_store(request)))
+    return json_response(store_object(await the_store(request, read=True)))
 
 
 async def update_store(request: web.Request) -> web.Response:
@@ -246,9 +249,9 @@ async def _path_memory(
 
 
 async def get_memory(request: web.Request) -> web.Response:
-    store = await the_store(request)
+    store = await the_store(request, read=True)
     memory = await _path_memory(
-        request.app[POOL], principal_of(request), store, request.match_info["memory_id"]
+        request.app[READ_POOL], principal_of(request), store, request.match_info["memory_id"]
     )
     return json_response(full_object(memory))
 
@@ -308,21 +311,20 @@ async def delete_memory(request: web.Request) -> web.Response:
 
 
 async def list_versions(request: web.Request) -> web.Response:
-    store = await the_store(request)
+    store = await the_store(request, read=True)
     principal = principal_of(request)
-    memory = await _path_memory(
-        request.app[POOL], principal, store, request.match_info["memory_id"]
-    )
-    return json_response(await versions_body(request.app[POOL], principal.workspace_id, memory.id))
+    pool = request.app[READ_POOL]
+    memory = await _path_memory(pool, principal, store, request.match_info["memory_id"])
+    return json_response(await versions_body(pool, principal.workspace_id, memory.id))
 
 
 async def list_memories(request: web.Request) -> web.Response:
     limit = parse_limit(request)
     after, before = paging_ids(request)
     prefix = request.query.get("path_prefix", "")
-    store = await the_store(request)
+    store = await the_store(request, read=True)
     principal = principal_of(request)
-    pool = request.app[POOL]
+    pool = request.app[READ_POOL]
     anchor: str | None = None
     if after is not None or before is not None:
         anchor_id = after or before

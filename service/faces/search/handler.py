@@ -32,7 +32,8 @@ from service.state import (
     METER,
     METRICS,
     PLANNED_ONCE_POOL,
-    POOL,
+    READ_PLANNED_ONCE_POOL,
+    READ_POOL,
     SNAPSHOTS,
     TOUCHER,
 )
@@ -90,15 +91,18 @@ async def _search(
 ) -> web.Response:
     principal = principal_of(request)
     # The store, its speaker and the cache are looked up by key: planned once
-    # (service.db.PLANNED_ONCE_SETTINGS).
+    # (service.db.PLANNED_ONCE_SETTINGS). The store and everything retrieved from it are
+    # read where reads go (a standby, with MNEME_READ_DATABASE_URL): one consistent view,
+    # whose store version keys the snapshot and the cache; the cache lives on the primary.
     pool = request.app[PLANNED_ONCE_POOL]
+    read = request.app[READ_PLANNED_ONCE_POOL]
     held = request.app[SNAPSHOTS]
     started = time.perf_counter()
     # The lookup also says which scopes of the snapshot the store had last time the key
     # may read: if it is still that store at that version, no other statement is needed.
     guess = held.guess(principal.workspace_id, req.store_ref)
     found = await sq.store_and_profile(
-        pool, principal.workspace_id, req.store_ref, req.query, reader=principal,
+        read, principal.workspace_id, req.store_ref, req.query, reader=principal,
         scopes=guess.scopes if guess is not None else (),
     )  # fmt: skip
     phase(request, "store", time.perf_counter() - started)
@@ -114,7 +118,7 @@ async def _search(
         principal, stats.readable_scopes if snap is not None and snap is guess else None
     )
     if req.speaker is not None and not await q.speaker_exists(
-        pool, principal.workspace_id, store.id, req.speaker
+        read, principal.workspace_id, store.id, req.speaker
     ):
         raise not_found(f"Speaker {req.speaker!r} is not registered in store {store.name!r}")
 
@@ -201,7 +205,7 @@ async def answer(
     its version."""
     principal = reader.principal
     # Exact scans run on connections that plan once (service.db.PLANNED_ONCE_SETTINGS).
-    pool = request.app[PLANNED_ONCE_POOL if sq.planned_once(stats) else POOL]
+    pool = request.app[READ_PLANNED_ONCE_POOL if sq.planned_once(stats) else READ_POOL]
     slot = request.app[EMBEDDER]
     assert slot.queries is not None
     now = datetime.now(UTC)
