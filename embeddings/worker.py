@@ -222,8 +222,12 @@ class Worker:
         config: WorkerConfig | None = None,
         *,
         on_error: Callable[[BaseException], None] | None = None,
+        listen: bool | str = True,
     ) -> None:
         self.pool = pool
+        # Where it LISTENs: a connection of ``pool`` (True), one of its own to this URL
+        # (a transaction pooler cannot carry a LISTEN), or nowhere (False: it polls).
+        self.listen = listen
         self.embedder = embedder
         self.config = config or WorkerConfig()
         # How a failed batch or LISTEN is reported (the loop goes on after the poll
@@ -463,7 +467,10 @@ class Worker:
 
     async def _listen(self, old: asyncpg.Connection | None) -> asyncpg.Connection | None:
         """A connection listening on ``CHANNEL`` (a new one if ``old`` was lost: a
-        restarted database drops it), or ``None`` while that fails (polling meanwhile)."""
+        restarted database drops it), or ``None`` while that fails (polling meanwhile)
+        or when it does not listen (``listen``)."""
+        if self.listen is False:
+            return None
         if old is not None:
             try:
                 if not old.is_closed():
@@ -471,20 +478,33 @@ class Worker:
             except asyncpg.InterfaceError:
                 pass  # lost, and already taken back by the pool
             else:
-                with contextlib.suppress(Exception):
-                    await self.pool.release(old)
+                await self._unlisten(old)
         try:
-            conn: asyncpg.Connection = await self.pool.acquire()
+            conn: asyncpg.Connection
+            if isinstance(self.listen, str):
+                conn = await asyncpg.connect(self.listen)
+            else:
+                conn = await self.pool.acquire()
         except Exception as exc:
             self.on_error(exc)
             return None
         try:
             await conn.add_listener(CHANNEL, self._notified)
         except Exception as exc:
-            await self.pool.release(conn)
+            await self._unlisten(conn)
             self.on_error(exc)
             return None
         return conn  # rows written while nobody listened: the drain that follows finds them
+
+    async def _unlisten(self, conn: asyncpg.Connection) -> None:
+        """Give a listening connection up: back to the pool, or closed if its own."""
+        with contextlib.suppress(Exception):  # lost: the pool has it back already
+            await conn.remove_listener(CHANNEL, self._notified)
+        with contextlib.suppress(Exception):
+            if isinstance(self.listen, str):
+                await conn.close()
+            else:
+                await self.pool.release(conn)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Until ``stop`` is set: drain, then sleep until notified or ``poll_s`` passes.
@@ -520,10 +540,7 @@ class Worker:
                     w.cancel()
         finally:
             if listener is not None:
-                with contextlib.suppress(Exception):
-                    await listener.remove_listener(CHANNEL, self._notified)
-                with contextlib.suppress(Exception):  # lost: the pool has it back already
-                    await self.pool.release(listener)
+                await self._unlisten(listener)
 
 
 def _log_error(exc: BaseException) -> None:

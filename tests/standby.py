@@ -74,7 +74,8 @@ async def caught_up(primary_url: str, standby_url: str, within_s: float = 30.0) 
         try:
             standby = await asyncpg.connect(standby_url)
             try:
-                if await standby.fetchval("SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn", target):
+                replayed = "SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn"
+                if await standby.fetchval(replayed, target):
                     return
             finally:
                 await standby.close()

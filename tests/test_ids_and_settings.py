@@ -72,6 +72,7 @@ def test_settings_from_environment() -> None:
         ("MNEME_RATE_LIMITS", "free=0", "MNEME_RATE_LIMITS"),
         ("MNEME_BOOTSTRAP_KEY", "short", "MNEME_BOOTSTRAP_KEY"),
         ("MNEME_LOG_LEVEL", "chatty", "MNEME_LOG_LEVEL"),
+        ("MNEME_DATABASE_POOLER", "statement", "MNEME_DATABASE_POOLER"),
     ],
 )
 def test_bad_settings_name_the_variable(name: str, value: str, message: str) -> None:
@@ -154,3 +155,13 @@ def test_memory_is_the_lowest_limit_above_this_process(
         (tmp_path / name).write_text(content)
     machine = db.machine_memory(tmp_path / "nowhere")  # no cgroup files: the machine's
     assert db.machine_memory(tmp_path) == (machine if limit is None else limit)
+
+
+def test_what_needs_a_session_bypasses_a_transaction_pooler() -> None:
+    pooled = Settings.from_env({"MNEME_DATABASE_URL": "postgresql://bouncer/db",
+                                "MNEME_DATABASE_POOLER": "transaction"})  # fmt: skip
+    assert pooled.transaction_pooled and pooled.session_url("postgresql://bouncer/db") is None
+    direct = pooled.with_overrides(direct_database_url="postgresql://primary/db")
+    assert direct.session_url("postgresql://bouncer/db") == "postgresql://primary/db"
+    plain = Settings.from_env({"MNEME_DATABASE_URL": "postgresql://primary/db"})
+    assert plain.session_url("postgresql://primary/db") == "postgresql://primary/db"

@@ -69,8 +69,9 @@ async def test_reads_come_from_the_standby_and_writes_from_the_primary(
     admin = await asyncpg.connect(read_url)
     try:
         await admin.execute("SELECT pg_wal_replay_pause()")
-        second = await write("keeper/spring.md",
-                             "The lighthouse keeper repaints the lamp room every spring.")
+        second = await write(
+            "keeper/spring.md", "The lighthouse keeper repaints the lamp room every spring."
+        )
         # Acknowledged, committed on the primary, readable there by id ...
         resp = await client.get(f"/api/v1/memories/{second}", headers=ADMIN)
         assert resp.status == 200
