@@ -37,7 +37,7 @@ CHANNEL = "mneme_embed"
 # another's next write by a million places. The workspaces waiting are found by a skip
 # scan of memories_embedding_backlog (one index probe per workspace waiting, not a walk
 # of the backlog); of them, the $1 that have waited longest are served, each from its
-# own part of the same index, at most $1 read each. The rows offered are locked and
+# own part of the same index, at most 4 x $1 read each. The rows offered are locked and
 # checked again as they are claimed: a row another worker is claiming at this moment is
 # skipped, one it has claimed (leased) is not offered.
 CLAIM = """
@@ -67,14 +67,18 @@ WITH RECURSIVE waiting AS (
         SELECT m.workspace_id, m.id, m.updated_at FROM memories m
         WHERE m.workspace_id = w.workspace_id AND m.embedding_status = 'pending'
           AND (m.embedding_lease_until IS NULL OR m.embedding_lease_until < now())
-        ORDER BY m.updated_at, m.id LIMIT $1
+        ORDER BY m.updated_at, m.id LIMIT 4 * $1
     ) c
 ), claimed AS (
-    SELECT m.workspace_id, m.id, o.round FROM memories m
-    JOIN (SELECT * FROM offered ORDER BY round, updated_at, id LIMIT $1) o
-      ON o.workspace_id = m.workspace_id AND o.id = m.id
+    -- Locked in the fair order, the limit counting only rows this claim got: a row
+    -- another worker is claiming at this moment is passed over for the next one (each
+    -- workspace offers four claims' worth, so workers claiming at once all get rows).
+    SELECT m.workspace_id, m.id, o.round FROM offered o
+    JOIN memories m ON m.workspace_id = o.workspace_id AND m.id = o.id
     WHERE m.embedding_status = 'pending'
       AND (m.embedding_lease_until IS NULL OR m.embedding_lease_until < now())
+    ORDER BY o.round, o.updated_at, o.id
+    LIMIT $1
     FOR UPDATE OF m SKIP LOCKED
 )
 UPDATE memories m
@@ -86,6 +90,8 @@ RETURNING m.workspace_id, m.id, m.text, m.speaker, m.embedding_generation,
           m.embedding_attempts, m.updated_at, c.round
 """
 
+
+CLAIM_RETRIES = 2
 
 STORE = """
 UPDATE memories m
@@ -280,6 +286,13 @@ class Worker:
         each first), up to ``claim_size`` rows and ``claim_chars``; past the characters,
         the last rounds go back."""
         rows = await self.pool.fetch(CLAIM, self.config.claim_size, self.config.lease_s)
+        for _ in range(CLAIM_RETRIES):
+            if rows:
+                break
+            # Nothing: an empty queue, or every row offered was taken by workers claiming
+            # at the same instant (seen with three workers starting together). Their
+            # claims are committed now, so asking again offers the rows after theirs.
+            rows = await self.pool.fetch(CLAIM, self.config.claim_size, self.config.lease_s)
         claimed: list[Claimed] = []
         extra: list[asyncpg.Record] = []
         chars = 0
