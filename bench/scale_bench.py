@@ -26,7 +26,15 @@ from typing import Any
 
 import aiohttp
 
-from bench.common import ROOT, Server, free_port, load_turns, machine, write_results
+from bench.common import (
+    ROOT,
+    Server,
+    free_port,
+    load_turns,
+    machine,
+    wait_ready,
+    write_results,
+)
 from bench.quality_bench import HEADERS, KEY, ingest, load_queries, wait_embedded
 
 STORES = ["conv-41", "conv-42", "conv-43", "conv-44"]
@@ -40,19 +48,6 @@ def spawn(command: str, env: dict[str, str], log: Path) -> subprocess.Popen[byte
     out = log.open("ab")
     return subprocess.Popen([sys.executable, "-m", "service.cli", command], env=env,
                             stdout=out, stderr=out, cwd=ROOT)  # fmt: skip
-
-
-async def ready(base: str) -> None:
-    async with aiohttp.ClientSession() as s:
-        for _ in range(720):
-            try:
-                async with s.get(f"{base}/readyz") as r:
-                    if r.status == 200:
-                        return
-            except aiohttp.ClientConnectionError:
-                pass
-            await asyncio.sleep(0.25)
-    raise TimeoutError(base)
 
 
 async def throughput(bases: list[str], make: Any) -> dict[str, float]:
@@ -136,7 +131,7 @@ async def main() -> None:
             procs.append(spawn("serve", {**env, "MNEME_PORT": str(port), "MNEME_WORKER": "off"},
                                log))  # fmt: skip
             second = f"http://127.0.0.1:{port}"
-            await ready(second)
+            await wait_ready(second)
             async with aiohttp.ClientSession(headers=HEADERS) as session:
                 await ingest(session, first.base, turns)
                 async with session.post(f"{first.base}/api/v1/forward/memory_stores",
