@@ -11,16 +11,26 @@ the model's own tokenizer; mean pooling and normalization are done here in numpy
 Only the common pipeline is taken over: a Transformer, then mean pooling, then
 normalization (MiniLM and most of its family). Any other pipeline (CLS pooling, a
 Dense layer, ...) stays on torch, as does a GPU.
+
+Any number of processes may share the cache directory and start at the same moment
+(replicas and workers of one deployment): a file is made by one of them, under an
+exclusive lock (``LOCK``, in the directory), in a private temporary directory, and
+renamed into place; the others wait for the lock, find the file made and read it. A
+directory that already holds the files is only read (no lock, nothing written): an
+image may bake them into a read-only directory.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import logging
 import os
+import shutil
 import tempfile
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +51,10 @@ PROBES = [
     "A much longer text about many things, " * 20,
 ]
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+# In the cache directory: the lock a process holds while it makes a file there, and the
+# prefix of the private directory it makes the file in.
+LOCK = ".lock"
+MAKING = ".making-"
 
 
 def supported(model: Any) -> bool:
@@ -66,8 +80,51 @@ def weights_digest(model_dir: Path) -> str:
     return digest.hexdigest()[:16]
 
 
+@contextlib.contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    """Hold ``directory``'s lock (``LOCK``): one process at a time makes files there.
+
+    Under it, what a process that died while making a file left (its ``MAKING``
+    directory) is removed: every maker holds the lock, so none is still at work."""
+    directory.mkdir(parents=True, exist_ok=True)
+    # Open for writing: on NFS an exclusive flock is a POSIX lock, which needs it.
+    fd = os.open(directory / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # released when fd is closed
+        for stray in directory.glob(f"{MAKING}*"):
+            shutil.rmtree(stray, ignore_errors=True)
+        yield
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _private(target: Path) -> Iterator[Path]:
+    """A path to write ``target`` at, in a temporary directory of this process's own in
+    ``target``'s (so no other process sees a partial file or a tool's temporaries, and
+    the rename is atomic); moved to ``target`` if the block succeeds."""
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=MAKING) as private:
+        partial = Path(private) / target.name
+        yield partial
+        os.replace(partial, target)
+
+
+def ensure(target: Path, make: Callable[[Path], None], what: str) -> None:
+    """Make ``target`` with ``make`` (which writes the path it is given) unless it is
+    there: under the directory's lock, and only if no other process made it meanwhile."""
+    if target.is_file():  # the common case, and a read-only directory's: no lock
+        return
+    with _locked(target.parent):
+        if target.is_file():
+            log.info(f"{what}: made by another process", extra={"path": str(target)})
+            return
+        log.info(what, extra={"path": str(target)})
+        with _private(target) as partial:
+            make(partial)
+
+
 def export(model: Any, target: Path) -> None:
-    """Write the model's transformer to ``target`` as ONNX (atomically)."""
+    """Write the model's transformer to ``target`` as ONNX (a private path: ``ensure``)."""
     import torch
 
     transformer = model[0].auto_model.eval()
@@ -84,28 +141,21 @@ def export(model: Any, target: Path) -> None:
 
     example = torch.ones(1, 8, dtype=torch.long)
     axes = {"0": "batch", "1": "tokens"}
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".tmp", delete=False) as tmp:
-        partial = Path(tmp.name)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the TorchScript exporter announces its age
-            torch.onnx.export(
-                LastHiddenState(),
-                (example, example, torch.zeros_like(example)),
-                str(partial),
-                input_names=list(INPUTS),
-                output_names=["last_hidden_state"],
-                dynamic_axes={
-                    name: {int(k): v for k, v in axes.items()}
-                    for name in (*INPUTS, "last_hidden_state")
-                },
-                opset_version=17,
-                dynamo=False,
-            )
-        os.replace(partial, target)
-    finally:
-        partial.unlink(missing_ok=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter announces its age
+        torch.onnx.export(
+            LastHiddenState(),
+            (example, example, torch.zeros_like(example)),
+            str(target),
+            input_names=list(INPUTS),
+            output_names=["last_hidden_state"],
+            dynamic_axes={
+                name: {int(k): v for k, v in axes.items()}
+                for name in (*INPUTS, "last_hidden_state")
+            },
+            opset_version=17,
+            dynamo=False,
+        )
 
 
 class OnnxTransformer:
@@ -171,18 +221,19 @@ class OnnxTransformer:
 
 
 def quantize(source: Path, target: Path) -> None:
-    """Write ``source`` with its weights quantized to int8 to ``target`` (atomically)."""
+    """Write ``source`` with its weights quantized to int8 to ``target`` (a private path:
+    ``ensure``).
+
+    Quantized from a copy beside ``target``: onnxruntime's shape inference writes
+    ``<stem>-inferred.onnx`` beside its input and deletes it, and beside the shared
+    ``source`` two processes would use (and delete) the same file."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".tmp", delete=False) as tmp:
-        partial = Path(tmp.name)
-    try:
-        # Per channel: each output channel its own scale (min cosine to the model 0.989 on
-        # LoCoMo questions, against 0.946 with one scale per tensor).
-        quantize_dynamic(str(source), str(partial), weight_type=QuantType.QInt8, per_channel=True)
-        os.replace(partial, target)
-    finally:
-        partial.unlink(missing_ok=True)
+    copy = target.with_name(f"source-{source.name}")
+    shutil.copyfile(source, copy)
+    # Per channel: each output channel its own scale (min cosine to the model 0.989 on
+    # LoCoMo questions, against 0.946 with one scale per tensor).
+    quantize_dynamic(str(copy), str(target), weight_type=QuantType.QInt8, per_channel=True)
 
 
 def load(
@@ -201,14 +252,10 @@ def load(
         log.info("embedding pipeline not covered by the ONNX backend; using torch")
         return None
     target = cache_dir / f"{model_dir.name}-{weights_digest(model_dir)}.onnx"
-    if not target.is_file():
-        log.info("exporting the embedding model to ONNX", extra={"path": str(target)})
-        export(model, target)
+    ensure(target, lambda path: export(model, path), "exporting the embedding model to ONNX")
     if int8:
         fp32, target = target, target.with_name(f"{target.stem}-int8.onnx")
-        if not target.is_file():
-            log.info("quantizing the embedding model to int8", extra={"path": str(target)})
-            quantize(fp32, target)
+        ensure(target, lambda path: quantize(fp32, path), "quantizing the embedding model to int8")
     twin = OnnxTransformer(
         target, tokenizer or model.tokenizer, model.max_seq_length or 256, threads
     )

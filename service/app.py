@@ -79,6 +79,56 @@ def load_embedder(settings: Settings) -> Embedder:
     return embedder
 
 
+# Pauses before each further attempt to load the model. A load can fail for a passing
+# reason (memory short for a moment, a file another process is making); one that still
+# fails stops the process, non-zero, so that it is restarted or reported instead of
+# staying up and unready.
+MODEL_RETRY_S = (1.0, 2.0, 4.0)
+
+
+async def load_model(slot: EmbedderSlot, settings: Settings) -> None:
+    """Load the model into ``slot``, again after each of ``MODEL_RETRY_S`` if it fails;
+    if it never loads, stop the process: exit status 1, after the graceful shutdown.
+
+    The stop is a ``SystemExit`` raised from an event-loop callback, which is how
+    aiohttp's own signal handler stops the server (with ``GracefulExit``, exit 0): the
+    loop stops, ``serve`` (or ``web.run_app``) shuts the app down, and the interpreter
+    exits with the message on stderr."""
+    for attempt, pause in enumerate((*MODEL_RETRY_S, None), start=1):
+        try:
+            embedder = await asyncio.to_thread(load_embedder, settings)
+        except Exception:
+            if pause is None:
+                slot.state = "failed"
+                log.critical("could not load the embedding model; stopping the process",
+                             exc_info=True, extra={"attempts": attempt})  # fmt: skip
+                asyncio.get_running_loop().call_soon(_stop_unloaded)
+                return
+            log.warning("could not load the embedding model; trying again", exc_info=True,
+                        extra={"attempt": attempt, "retry_in_s": pause})  # fmt: skip
+            await asyncio.sleep(pause)
+            continue
+        slot.set(embedder)
+        # What start-up made (torch, ONNX Runtime, the tokenizer: about a million
+        # objects) lives as long as the process: out of the collector's sight, a full
+        # collection no longer walks it in the middle of a request.
+        gc.freeze()
+        log.info(
+            "embedding model ready",
+            extra={
+                "model": embedder.name,
+                "backend": getattr(embedder, "backend", None),
+                "queries": getattr(embedder, "query_backend", None),
+                "attempts": attempt,
+            },
+        )
+        return
+
+
+def _stop_unloaded() -> None:
+    raise SystemExit("mneme: error: the embedding model could not be loaded (see the log)")
+
+
 def worker_config(settings: Settings) -> WorkerConfig:
     return WorkerConfig(
         claim_size=settings.embed_claim_size,
@@ -125,7 +175,7 @@ def create_app(
         # pooled connection opens: on the direct connection, if there is one.
         await db.prepare_schema(
             settings.session_url(url) or url, auto_migrate=settings.embedded,
-            pooled=settings.transaction_pooled,
+            pooled=settings.transaction_pooled, wait_s=settings.database_wait_s,
         )  # fmt: skip
         app[DATABASE_URL] = url
         async with contextlib.AsyncExitStack() as pools:
@@ -161,27 +211,8 @@ def create_app(
             yield
             return
 
-        async def load() -> None:
-            try:
-                slot.set(await asyncio.to_thread(load_embedder, settings))
-                # What start-up made (torch, ONNX Runtime, the tokenizer: about a million
-                # objects) lives as long as the process: out of the collector's sight, a
-                # full collection no longer walks it in the middle of a request.
-                gc.freeze()
-                log.info(
-                    "embedding model ready",
-                    extra={
-                        "model": slot.embedder and slot.embedder.name,
-                        "backend": getattr(slot.embedder, "backend", None),
-                        "queries": getattr(slot.embedder, "query_backend", None),
-                    },
-                )
-            except Exception:
-                slot.state = "failed"
-                log.exception("could not load the embedding model")
-
         # In the background: the API answers (and /readyz says "loading") meanwhile.
-        task = asyncio.create_task(load(), name="mneme-model-load")
+        task = asyncio.create_task(load_model(slot, settings), name="mneme-model-load")
         yield
         await _cancel(task)
 
@@ -248,6 +279,9 @@ async def embedding_worker(app: web.Application) -> AsyncIterator[None]:
     task = asyncio.create_task(run(), name="mneme-embedding-worker")
     yield
     stop.set()
+    if not app[EMBEDDER].ready.is_set():  # no model (still loading, or it failed)
+        await _cancel(task)
+        return
     try:
         # Let the current batch finish and be stored; a lease covers anything cut short.
         await asyncio.wait_for(asyncio.shield(task), timeout=app[SETTINGS].shutdown_timeout)

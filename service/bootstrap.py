@@ -2,9 +2,10 @@
 
 Runs at every start and is idempotent. The workspace is created at most once, even by
 several instances starting together (``INSERT … ON CONFLICT DO NOTHING`` decides who).
-Whoever creates it also creates a service key and prints it once — unless
-``MNEME_BOOTSTRAP_KEY`` is set, in which case that key is registered instead (and on
-later starts too, if it is not registered yet).
+Whoever creates it also creates a service key and announces it once (``mneme serve``
+prints it in a box when the service is ready) — unless ``MNEME_BOOTSTRAP_KEY`` is set,
+in which case that key is registered instead (and on later starts too, if it is not
+registered yet).
 """
 
 from __future__ import annotations
@@ -55,10 +56,19 @@ async def bootstrap(
         announce(secret)
 
 
+def first_key_box(secret: str) -> str:
+    """The one-time key, framed so that it stands out in a terminal full of start-up
+    output (plain ASCII: any terminal's encoding can show it)."""
+    lines = [
+        "Mneme created the 'default' workspace. Its service key is shown",
+        "only this once: store it now (more keys: `mneme keys create`).",
+        "",
+        f"    {secret}",
+    ]
+    width = max(len(line) for line in lines)
+    rule = "+" + "-" * (width + 4) + "+"
+    return "\n".join([rule, *(f"|  {line.ljust(width)}  |" for line in lines), rule])
+
+
 def print_first_key(secret: str) -> None:
-    print(
-        "Mneme created the 'default' workspace. Its service key is shown only this once;\n"
-        "store it now (more keys: `mneme keys create`):\n\n"
-        f"    {secret}\n",
-        flush=True,
-    )
+    print(first_key_box(secret), flush=True)

@@ -2,14 +2,18 @@
 
 Commands that create a secret (``keys create``, ``workspaces create``) print only that
 secret on stdout, so scripts can capture it; everything else a person needs goes to
-stderr. Every command uses the same database rules as ``serve``: the embedded default
-starts (and migrates) its own PostgreSQL, an external database must be current.
+stderr (``serve`` aside: its stdout is for a person, its stderr for the JSON logs). Every
+command uses the same database rules as ``serve``: the embedded default starts (and
+migrates) its own PostgreSQL, an external database must be current. Only ``serve`` and
+``migrate`` create an embedded database; the others refuse when MNEME_DATA_DIR holds none
+(``db.NoEmbeddedData``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import logging
 import signal
 import sys
@@ -58,23 +62,39 @@ def _split(raw: str) -> list[str]:
 
 
 def cmd_serve(settings: Settings, args: argparse.Namespace) -> None:
+    """What a person reads goes to stdout (starting, ready, the first key), the JSON logs to
+    stderr. The first key is held until the service is ready, so that it comes last, in a
+    box, rather than among the start-up logs of the database and the model."""
     from service import logs, server
     from service.app import create_app
+    from service.bootstrap import print_first_key
 
     logs.configure(settings.log_level)
-    app = create_app(settings)
-    print(f"Mneme listening on http://{settings.host}:{settings.port}", file=sys.stderr)
-    server.serve(app, settings)
+    logs.quiet_model_libraries()
+    first_keys: list[str] = []
+    app = create_app(settings, announce_key=first_keys.append)
+    address = f"http://{settings.host}:{settings.port}"
+
+    def ready() -> None:
+        print(f"Mneme is ready on {address}", flush=True)
+        for secret in first_keys:
+            print_first_key(secret)
+
+    starting = f"Mneme is starting on {address} (the database, then the embedding model)…"
+    print(starting, flush=True)
+    server.serve(app, settings, on_ready=ready)
 
 
 async def cmd_migrate(settings: Settings, args: argparse.Namespace) -> None:
-    url = settings.session_url(await db.resolve_url(settings))
+    """``migrate`` sets a database up (embedded: initialises it if need be); ``--status``
+    only reads one, so it creates none."""
+    url = settings.session_url(await db.resolve_url(settings, create=not args.status))
     if url is None:
         raise SystemExit(
             "mneme migrate takes a lock for its session: behind a transaction pooler "
             "(MNEME_DATABASE_POOLER=transaction), set MNEME_DIRECT_DATABASE_URL"
         )
-    conn = await asyncpg.connect(url)
+    conn = await db.first_connect(url, settings.database_wait_s)
     try:
         if args.status:
             states = await migrations.status(conn)
@@ -207,9 +227,11 @@ async def cmd_rooms(settings: Settings, args: argparse.Namespace) -> None:
 
 
 def _embedder(settings: Settings) -> Embedder:
+    from service import logs
     from service.app import load_embedder
 
     print("loading the embedding model…", file=sys.stderr)
+    logs.quiet_model_libraries()
     return load_embedder(settings)
 
 
@@ -217,13 +239,14 @@ async def cmd_worker(settings: Settings, args: argparse.Namespace) -> None:
     from service import logs
 
     logs.configure(settings.log_level)
-    embedder = await asyncio.to_thread(_embedder, settings)
-    async with db.connect(settings, pool_max=3) as pool:
+    # The database first: a missing one is found before the model's seconds of loading.
+    async with db.connect(settings, pool_max=3, wait=True) as pool:
+        embedder = await asyncio.to_thread(_embedder, settings)
         outage = Outage()
         worker = Worker(
             pool, embedder, worker_config(settings),
             on_error=lambda exc: outage.note(exc, log, "worker batch failed"),
-            listen=worker_listen(settings, await db.resolve_url(settings)),
+            listen=worker_listen(settings, await db.resolve_url(settings, create=False)),
         )  # fmt: skip
         try:
             if args.once:
@@ -242,8 +265,8 @@ async def cmd_worker(settings: Settings, args: argparse.Namespace) -> None:
 async def cmd_reembed(settings: Settings, args: argparse.Namespace) -> None:
     from tqdm import tqdm
 
-    embedder = await asyncio.to_thread(_embedder, settings)
-    async with db.connect(settings, pool_max=3) as pool:
+    async with db.connect(settings, pool_max=3, wait=True) as pool:
+        embedder = await asyncio.to_thread(_embedder, settings)
         queued = await requeue(pool, embedder.name, everything=args.all)
         print(f"queued {queued} memories for {embedder.name}", file=sys.stderr)
         worker = Worker(pool, embedder, worker_config(settings))
@@ -319,10 +342,19 @@ async def cmd_export(settings: Settings, args: argparse.Namespace) -> None:
 # --- parser -------------------------------------------------------------------------------
 
 
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml's, via the package metadata)."""
+    try:
+        return importlib.metadata.version("mneme")
+    except importlib.metadata.PackageNotFoundError:  # run from a tree that was never installed
+        return "(version unknown: not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mneme", description="Long-term memory service for AI agents."
     )
+    parser.add_argument("--version", action="version", version=f"mneme {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     sub.add_parser("serve", help="run the HTTP service (and, by default, the embedding worker)")
@@ -423,7 +455,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             cmd_serve(settings, args)
         else:
             asyncio.run(ASYNC_COMMANDS[args.command](settings, args))
-    except (CliError, SettingsError, migrations.MigrationError) as exc:
+    except (CliError, SettingsError, migrations.MigrationError, db.NoEmbeddedData) as exc:
         print(f"mneme: error: {exc}", file=sys.stderr)
         return 1
     return 0

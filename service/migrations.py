@@ -41,6 +41,17 @@ class MigrationError(RuntimeError):
     """The database and the migration files disagree; the message says how."""
 
 
+class PendingMigrations(MigrationError):
+    """The database is behind: ``pending`` names the migrations not applied yet."""
+
+    def __init__(self, pending: list[str]) -> None:
+        super().__init__(
+            f"the database is behind: {len(pending)} migration(s) pending ({', '.join(pending)}). "
+            "Run `mneme migrate` (with the same MNEME_DATABASE_URL) and start again"
+        )
+        self.pending = pending
+
+
 @dataclass(frozen=True)
 class Migration:
     version: int
@@ -152,10 +163,7 @@ async def check_current(conn: asyncpg.Connection, directory: Path | None = None)
     _refuse_edited(states)
     pending = [s.name for s in states if s.state == "pending"]
     if pending:
-        raise MigrationError(
-            f"the database is behind: {len(pending)} migration(s) pending ({', '.join(pending)}). "
-            "Run `mneme migrate` (with the same MNEME_DATABASE_URL) and start again"
-        )
+        raise PendingMigrations(pending)
 
 
 async def migrate(conn: asyncpg.Connection, directory: Path | None = None) -> list[str]:

