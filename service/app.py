@@ -23,6 +23,7 @@ from embeddings import Embedder
 from embeddings.worker import QueueProbe, Worker, WorkerConfig
 from service import db, store_indexes
 from service.bootstrap import bootstrap, print_first_key
+from service.faces import mcp
 from service.inputs import input_middleware
 from service.metrics import Metrics
 from service.middleware import access_middleware, context_middleware
@@ -218,7 +219,7 @@ def create_app(
 
     app[TOUCHER] = Toucher()
     app[METER] = usage.Meter()
-    app.cleanup_ctx.extend([database, model, touch_returned])
+    app.cleanup_ctx.extend([database, model, touch_returned, mcp.mcp_door])
     if settings.worker:
         app.cleanup_ctx.append(embedding_worker)
     app.cleanup_ctx.append(janitor)

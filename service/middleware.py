@@ -183,7 +183,10 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
         return await handler(request)
 
     limits = request.app[SETTINGS].rate_limits
-    secret = presented_key(request)
+    try:
+        secret = presented_key(request)
+    except ApiError as exc:
+        raise challenge(exc) from None
     digest = keys.digest(secret)
     recent = request.app[RECENT_KEYS]
     prefetch = None
@@ -194,7 +197,7 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
         found = await keys.authenticate_and_count(request.app[PLANNED_ONCE_POOL], secret, limits)
         phase(request, "auth", time.perf_counter() - started)
         if found is None:
-            raise ApiError(401, "Invalid or revoked API key")
+            raise challenge(ApiError(401, "Invalid or revoked API key"))
         principal, decision = found
         if not decision.allowed or spec.scope not in principal.scopes:
             raise _refused(request, principal, decision, spec.scope)
@@ -208,6 +211,13 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
             # then discards itself.
             prefetch.cancel()
             abandon_body(request)
+
+
+def challenge(exc: ApiError) -> ApiError:
+    """A 401 with the scheme to answer it in (RFC 6750), which MCP clients and other
+    bearer-token clients read."""
+    exc.headers.setdefault("WWW-Authenticate", 'Bearer realm="mneme"')
+    return exc
 
 
 def _refused(

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from service.faces import activity, admin, browse, memories, ops, search, speakers, stores
+from service.faces import activity, admin, browse, mcp, memories, ops, search, speakers, stores
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Prefetch = Callable[[web.Request], Awaitable[None]]
@@ -43,6 +43,11 @@ ROUTES: list[Route] = [
     Route("GET", "/llms.txt", ops.llms_txt, None),
     Route("GET", "/", ops.page, None),
     Route("GET", "/static/{name}", ops.static_file, None),
+    # MCP over Streamable HTTP (the tools act with the caller's key; service.faces.mcp)
+    Route("POST", mcp.PATH, mcp.handle, READ),
+    Route("GET", mcp.PATH, mcp.no_session, READ),
+    Route("DELETE", mcp.PATH, mcp.no_session, READ),
+    Route("OPTIONS", mcp.PATH, mcp.preflight, None),
     # Browse face (seed 000)
     Route("GET", "/api/v1/memories", browse.list_memories, READ),
     # Search face (seed 002)

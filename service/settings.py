@@ -58,6 +58,18 @@ def parse_rate_limits(raw: str) -> dict[str, int]:
     return limits
 
 
+def parse_origins(raw: str) -> tuple[str, ...]:
+    """``scheme://host[:port]`` origins, comma-separated, as browsers send them."""
+    origins = tuple(part.strip().rstrip("/") for part in raw.split(",") if part.strip())
+    for origin in origins:
+        scheme, sep, host = origin.partition("://")
+        if scheme not in ("http", "https") or not sep or not host or "/" in host:
+            raise SettingsError(
+                f"MNEME_MCP_ALLOWED_ORIGINS: {origin!r} is not an origin like https://app.example.com"
+            )
+    return origins
+
+
 @dataclass(frozen=True)
 class Settings:
     database_url: str | None = None
@@ -110,6 +122,9 @@ class Settings:
     # Seconds start-up waits for an external database that does not accept connections
     # yet (a container started beside it); 0: fail at once.
     database_wait_s: float = 60.0
+    # Browser origins whose pages may call /mcp (MNEME_MCP_ALLOWED_ORIGINS, comma-separated,
+    # e.g. https://app.example.com); requests from any other origin are refused.
+    mcp_allowed_origins: tuple[str, ...] = ()
 
     @property
     def model_cache_dir(self) -> Path:
@@ -217,6 +232,8 @@ class Settings:
             kwargs["shutdown_timeout"] = float(
                 _parse_int("MNEME_SHUTDOWN_TIMEOUT", timeout, 0, 3600)
             )
+        if (origins := get("MNEME_MCP_ALLOWED_ORIGINS")) is not None:
+            kwargs["mcp_allowed_origins"] = parse_origins(origins)
         if (wait := get("MNEME_DATABASE_WAIT")) is not None:
             kwargs["database_wait_s"] = float(_parse_int("MNEME_DATABASE_WAIT", wait, 0, 3600))
         for name, attr in (("MNEME_HEADER_TIMEOUT", "header_timeout"),

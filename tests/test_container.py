@@ -180,6 +180,10 @@ def test_starts_offline_as_uid_10001_and_serves_search(api: str) -> None:
     ids = [m["id"] for m in body["memories"]]
     wait_embedded(api, ids)
     assert search(api, "What does Alice put in her coffee?")[0] == FACTS[0]
+    # An agent's door: /mcp lists the tools (the Python client's table, inside the image).
+    listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    status, body = call("POST", f"{api}/mcp", listing)
+    assert status == 200 and len(body["result"]["tools"]) == 7, body
     # The model ran on the ONNX export and its int8 twin baked into the image: nothing
     # was exported, quantized or written outside /data and /tmp.
     logs = podman("logs", API).stderr + podman("logs", API).stdout

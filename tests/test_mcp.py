@@ -1,6 +1,7 @@
-"""``mneme-mcp`` (clients/python/mneme_client/mcp_server.py), driven by the official MCP
-client over stdio, against a running service: the tools an agent sees, and what each one
-does to the memories behind it."""
+"""Mneme's MCP tools (clients/python/mneme_client/mcp_server.py), driven by the official MCP
+client over both transports against a running service: ``mneme-mcp`` over stdio and the
+service's own ``/mcp`` over Streamable HTTP. The tools an agent sees, and what each one
+does to the memories behind it; tests/test_mcp_http.py has what only HTTP has."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 
 from tests.helpers import BOOTSTRAP_KEY, make_key
 from tests.helpers import Client as HttpClient
@@ -27,13 +31,32 @@ def _params(base_url: str, key: str, store: str = "default") -> StdioServerParam
     )
 
 
+@pytest.fixture(params=["stdio", "http"])
+def transport(request: pytest.FixtureRequest) -> str:
+    """Each behaviour over ``mneme-mcp`` (stdio) and the service's ``/mcp`` (HTTP)."""
+    name: str = request.param
+    return name
+
+
 @contextlib.asynccontextmanager
-async def connected(client: HttpClient, key: str = BOOTSTRAP_KEY) -> AsyncIterator[Client]:
-    """An MCP session with ``mneme-mcp`` for ``key``, entered and left in the test's own
-    task (anyio's cancel scopes do not cross the tasks of a fixture's set-up and
-    teardown)."""
-    async with Client(_params(str(client.make_url("")).rstrip("/"), key)) as mcp:
-        yield mcp
+async def connected(
+    service: HttpClient | str,
+    key: str = BOOTSTRAP_KEY,
+    transport: str = "stdio",
+    store: str = "default",
+) -> AsyncIterator[Client]:
+    """An MCP session for ``key`` with ``service`` (a test client, or a base URL), over
+    ``transport``, entered and left in the test's own task (anyio's cancel scopes do not
+    cross the tasks of a fixture's set-up and teardown)."""
+    base = (service if isinstance(service, str) else str(service.make_url(""))).rstrip("/")
+    if transport == "stdio":
+        async with Client(_params(base, key, store)) as mcp:
+            yield mcp
+        return
+    async with create_mcp_http_client(headers={"Authorization": f"Bearer {key}"}) as http:
+        url = f"{base}/mcp?store={store}"
+        async with Client(streamable_http_client(url, http_client=http)) as mcp:
+            yield mcp
 
 
 async def call(mcp: Client, tool: str, **arguments: Any) -> Any:
@@ -56,8 +79,8 @@ async def refused(mcp: Client, tool: str, **arguments: Any) -> str:
     return text
 
 
-async def test_the_tools_an_agent_sees(client: HttpClient) -> None:
-    async with connected(client) as agent:
+async def test_the_tools_an_agent_sees(client: HttpClient, transport: str) -> None:
+    async with connected(client, transport=transport) as agent:
         listed = (await agent.list_tools()).tools
         assert {t.name for t in listed} == TOOLS
         for tool in listed:
@@ -77,8 +100,8 @@ async def test_the_tools_an_agent_sees(client: HttpClient) -> None:
         assert "expected_sha256" in schema["write_file"]["properties"]
 
 
-async def test_remember_recall_browse_forget(client: HttpClient) -> None:
-    async with connected(client) as agent:
+async def test_remember_recall_browse_forget(client: HttpClient, transport: str) -> None:
+    async with connected(client, transport=transport) as agent:
         memory = await call(
             agent, "remember", text="Dave prefers squash merges.", fact_type="world"
         )
@@ -99,8 +122,10 @@ async def test_remember_recall_browse_forget(client: HttpClient) -> None:
         assert "404" in await refused(agent, "forget", memory_id="mem_doesnotexist")
 
 
-async def test_a_store_that_does_not_exist_is_a_tool_error(client: HttpClient) -> None:
-    async with connected(client) as agent:
+async def test_a_store_that_does_not_exist_is_a_tool_error(
+    client: HttpClient, transport: str
+) -> None:
+    async with connected(client, transport=transport) as agent:
         text = await refused(agent, "remember", text="Lost note.", store="nowhere")
         assert "404" in text and "nowhere" in text
         assert "404" in await refused(agent, "recall", query="anything", store="nowhere")
@@ -109,9 +134,9 @@ async def test_a_store_that_does_not_exist_is_a_tool_error(client: HttpClient) -
 
 
 async def test_files_are_read_and_written_under_the_sha256_precondition(
-    client: HttpClient,
+    client: HttpClient, transport: str
 ) -> None:
-    async with connected(client) as agent:
+    async with connected(client, transport=transport) as agent:
         created = await call(agent, "write_file", store="default", path="notes/todo.md",
                              content="- ship the MCP server\n")  # fmt: skip
         await call(agent, "write_file", store="default", path="profile.md", content="Name: Ada\n")
@@ -153,12 +178,12 @@ async def test_files_are_read_and_written_under_the_sha256_precondition(
         ] == overwritten["content_sha256"]
 
 
-async def test_the_key_decides_what_the_tools_may_do(client: HttpClient) -> None:
+async def test_the_key_decides_what_the_tools_may_do(client: HttpClient, transport: str) -> None:
     """A read-only key's agent may recall but not remember; the refusal is the service's."""
-    async with connected(client) as agent:
+    async with connected(client, transport=transport) as agent:
         await call(agent, "remember", text="The office wifi password rotates monthly.")
         reader = await make_key(client, kind="service", scopes=["memory:read"])
-        async with connected(client, reader) as limited:
+        async with connected(client, reader, transport) as limited:
             hits = await call(limited, "recall", query="office wifi password")
             assert hits and hits[0]["content"] == "The office wifi password rotates monthly."
             text = await refused(limited, "remember", text="Sneaky write.")

@@ -10,7 +10,7 @@ import msgspec
 from service.routes import ROUTES
 from tests.helpers import Client
 
-METHODS = {"get", "post", "put", "patch", "delete"}
+METHODS = {"get", "post", "put", "patch", "delete", "options"}
 
 
 async def test_openapi_lists_every_route_and_nothing_else(client: Client) -> None:

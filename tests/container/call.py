@@ -14,7 +14,11 @@ import urllib.request
 
 
 def call(method: str, url: str, body: str | None) -> dict[str, object]:
-    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {os.environ['KEY']}"}
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",  # what an MCP client sends
+        "Authorization": f"Bearer {os.environ['KEY']}",
+    }
     data = None if body is None else body.encode()
     request = urllib.request.Request(url, data=data, method=method, headers=headers)  # noqa: S310
     try:

@@ -1,23 +1,30 @@
-"""``mneme-mcp``: Mneme as an MCP server (stdio), for agents that speak the Model Context
-Protocol (Claude Desktop and Code, Cursor, …). Install with ``pip install
-'mneme-client[mcp]'``.
+"""Mneme's MCP tools, and ``mneme-mcp``: Mneme as an MCP server over stdio, for agents
+that speak the Model Context Protocol (Claude Desktop and Code, Cursor, …). Install with
+``pip install 'mneme-client[mcp]'``.
 
-Configured by the environment: ``MNEME_URL`` (default ``http://127.0.0.1:8080``),
-``MNEME_API_KEY``, ``MNEME_STORE`` (the store a tool uses when none is named; default
-``default``). Every tool calls the service's public API with that key, so it can do what
-the key may do and nothing more; a refusal comes back as a tool error with the service's
-own message, and changes nothing.
+The tool table (``build_server``) is the one both transports serve: ``mneme-mcp`` here,
+and the service's own ``/mcp`` endpoint (Streamable HTTP, ``service.faces.mcp``), which
+builds it with a ``Caller`` per HTTP request. Every tool calls the service's public API
+with the caller's key, so it can do what the key may do and nothing more; a refusal comes
+back as a tool error with the service's own message, and changes nothing.
+
+``mneme-mcp`` is configured by the environment: ``MNEME_URL`` (default
+``http://127.0.0.1:8080``), ``MNEME_API_KEY``, ``MNEME_STORE`` (the store a tool uses when
+none is named; default ``default``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
 from pydantic import Field
 
 from mneme_client._async import AsyncMneme
@@ -49,6 +56,36 @@ DESCRIPTIONS = {
         "it still has that content, else nothing changes."
     ),
 }
+
+# What a client may assume of each tool: reading tools change nothing; forget destroys;
+# calling forget, write_file (same content) or read-only tools twice does what once does.
+READ_ONLY = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
+ANNOTATIONS = {
+    "remember": ToolAnnotations(read_only_hint=False, destructive_hint=False,
+                                idempotent_hint=False, open_world_hint=False),
+    "recall": READ_ONLY,
+    "browse": READ_ONLY,
+    "forget": ToolAnnotations(read_only_hint=False, destructive_hint=True,
+                              idempotent_hint=True, open_world_hint=False),
+    "list_files": READ_ONLY,
+    "read_file": READ_ONLY,
+    "write_file": ToolAnnotations(read_only_hint=False, destructive_hint=True,
+                                  idempotent_hint=True, open_world_hint=False),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Whom a tool call acts for: ``client`` carries the caller's key; ``store`` is the
+    store a tool uses when none is named."""
+
+    client: AsyncMneme
+    store: str = "default"
+
+
+# The caller of the tool call being run: set once by ``mneme-mcp``, per HTTP request by
+# the service's /mcp (the tasks that run a call inherit it).
+CALLER: ContextVar[Caller] = ContextVar("mneme_mcp_caller")
 
 Store = Annotated[
     str | None, Field(description="Store name or id; the server's default store if omitted")
@@ -84,123 +121,145 @@ def _file(f: StoreMemory) -> dict[str, Any]:
     return found if f.content is None else {**found, "content": f.content}
 
 
-def build_server(client: AsyncMneme, default_store: str = "default") -> MCPServer:
-    """The MCP server, its tools calling Mneme through ``client``."""
-    server = MCPServer("mneme", instructions=INSTRUCTIONS)
+def caller() -> Caller:
+    """Whom the running tool call acts for (``CALLER``)."""
+    try:
+        return CALLER.get()
+    except LookupError:  # a server built but not bound: a bug, never the agent's fault
+        raise ToolError("500 api_error: no caller is bound to this MCP server") from None
 
-    async def file_at(store: str, path: str) -> StoreMemory | None:
-        """The store's file at exactly ``path`` (listed by prefix, then matched)."""
-        async for found in client.stores.list_memories(store, path_prefix=path):
-            if found.path == path:
-                return found
-            if found.path > path:
+
+async def file_at(client: AsyncMneme, store: str, path: str) -> StoreMemory | None:
+    """The store's file at exactly ``path`` (listed by prefix, then matched)."""
+    async for found in client.stores.list_memories(store, path_prefix=path):
+        if found.path == path:
+            return found
+        if found.path > path:
+            break
+    return None
+
+
+async def remember(
+    text: Annotated[str, Field(description="The memory, e.g. 'Dave prefers squash merges'")],
+    store: Store = None,
+    speaker: Annotated[
+        str | None, Field(description="Who said it: a registered speaker, or 'me' (you)")
+    ] = None,
+    fact_type: Annotated[
+        str | None, Field(description="world, experience, opinion or observation")
+    ] = None,
+) -> dict[str, Any]:
+    bound = caller()
+    fields: dict[str, Any] = {"store": store or bound.store}
+    if speaker is not None:
+        fields["speaker"] = speaker
+    if fact_type is not None:
+        fields["fact_type"] = fact_type
+    return _memory(await _call(bound.client.add(text, **fields)))
+
+
+async def recall(
+    query: Annotated[str, Field(description="What you want to know, as a question")],
+    store: Store = None,
+    max_results: Annotated[
+        int | None, Field(ge=5, le=20, description="How many memories (5-20; default 10)")
+    ] = None,
+    verify: Annotated[
+        int | None, Field(ge=0, le=3, description="Extra retrieval passes (slower, deeper)")
+    ] = None,
+) -> list[dict[str, Any]]:
+    bound = caller()
+    options: dict[str, Any] = {} if verify is None else {"verify": verify}
+    hits = await _call(bound.client.search(store or bound.store, query, max_results, **options))
+    return [_hit(h) for h in hits]
+
+
+async def browse(
+    store: Store = None,
+    search: Annotated[str | None, Field(description="Words the memories must match")] = None,
+    limit: Annotated[int, Field(ge=1, le=200)] = 20,
+) -> list[dict[str, Any]]:
+    bound = caller()
+    filters: dict[str, Any] = {"store": store or bound.store}
+    if search:
+        filters["search"] = search
+    found: list[dict[str, Any]] = []
+    try:
+        async for memory in bound.client.browse(limit=min(limit, 100), **filters):
+            found.append(_memory(memory))
+            if len(found) == limit:
                 break
-        return None
+    except MnemeError as exc:
+        raise _tool_error(exc) from exc
+    return found
 
-    @server.tool(description=DESCRIPTIONS["remember"])
-    async def remember(
-        text: Annotated[str, Field(description="The memory, e.g. 'Dave prefers squash merges'")],
-        store: Store = None,
-        speaker: Annotated[
-            str | None, Field(description="Who said it: a registered speaker, or 'me' (you)")
-        ] = None,
-        fact_type: Annotated[
-            str | None, Field(description="world, experience, opinion or observation")
-        ] = None,
-    ) -> dict[str, Any]:
-        fields: dict[str, Any] = {"store": store or default_store}
-        if speaker is not None:
-            fields["speaker"] = speaker
-        if fact_type is not None:
-            fields["fact_type"] = fact_type
-        return _memory(await _call(client.add(text, **fields)))
 
-    @server.tool(description=DESCRIPTIONS["recall"])
-    async def recall(
-        query: Annotated[str, Field(description="What you want to know, as a question")],
-        store: Store = None,
-        max_results: Annotated[
-            int | None, Field(ge=5, le=20, description="How many memories (5-20; default 10)")
-        ] = None,
-        verify: Annotated[
-            int | None, Field(ge=0, le=3, description="Extra retrieval passes (slower, deeper)")
-        ] = None,
-    ) -> list[dict[str, Any]]:
-        options: dict[str, Any] = {} if verify is None else {"verify": verify}
-        hits = await _call(client.search(store or default_store, query, max_results, **options))
-        return [_hit(h) for h in hits]
+async def forget(
+    memory_id: Annotated[str, Field(description="The memory's id (mem_…)")],
+) -> str:
+    await _call(caller().client.delete(memory_id))
+    return f"forgot {memory_id}"
 
-    @server.tool(description=DESCRIPTIONS["browse"])
-    async def browse(
-        store: Store = None,
-        search: Annotated[str | None, Field(description="Words the memories must match")] = None,
-        limit: Annotated[int, Field(ge=1, le=200)] = 20,
-    ) -> list[dict[str, Any]]:
-        filters: dict[str, Any] = {"store": store or default_store}
-        if search:
-            filters["search"] = search
-        found: list[dict[str, Any]] = []
-        try:
-            async for memory in client.browse(limit=min(limit, 100), **filters):
-                found.append(_memory(memory))
-                if len(found) == limit:
-                    break
-        except MnemeError as exc:
-            raise _tool_error(exc) from exc
-        return found
 
-    @server.tool(description=DESCRIPTIONS["forget"])
-    async def forget(
-        memory_id: Annotated[str, Field(description="The memory's id (mem_…)")],
-    ) -> str:
-        await _call(client.delete(memory_id))
-        return f"forgot {memory_id}"
+async def list_files(
+    store: FileStore,
+    path_prefix: Annotated[str | None, Field(description="Only paths starting so")] = None,
+) -> list[dict[str, Any]]:
+    client = caller().client
+    try:
+        return [_file(f) async for f in client.stores.list_memories(store, path_prefix)]
+    except MnemeError as exc:
+        raise _tool_error(exc) from exc
 
-    @server.tool(description=DESCRIPTIONS["list_files"])
-    async def list_files(
-        store: FileStore,
-        path_prefix: Annotated[str | None, Field(description="Only paths starting so")] = None,
-    ) -> list[dict[str, Any]]:
-        try:
-            return [_file(f) async for f in client.stores.list_memories(store, path_prefix)]
-        except MnemeError as exc:
-            raise _tool_error(exc) from exc
 
-    @server.tool(description=DESCRIPTIONS["read_file"])
-    async def read_file(store: FileStore, path: Path) -> dict[str, Any]:
-        found = await _call(file_at(store, path))
-        if found is None:
-            raise ToolError(f"404 not_found_error: no file at {path!r} in store {store!r}")
-        return _file(await _call(client.stores.read(store, found.id)))
+async def read_file(store: FileStore, path: Path) -> dict[str, Any]:
+    client = caller().client
+    found = await _call(file_at(client, store, path))
+    if found is None:
+        raise ToolError(f"404 not_found_error: no file at {path!r} in store {store!r}")
+    return _file(await _call(client.stores.read(store, found.id)))
 
-    @server.tool(description=DESCRIPTIONS["write_file"])
-    async def write_file(
-        store: FileStore,
-        path: Path,
-        content: str,
-        expected_sha256: Annotated[
-            str | None, Field(description="The sha256 read_file returned; omit to overwrite")
-        ] = None,
-    ) -> dict[str, Any]:
-        found = await _call(file_at(store, path))
-        if found is None:
-            if expected_sha256 is not None:
-                raise ToolError(
-                    f"409 conflict_error: no file at {path!r} any more (expected sha256 "
-                    f"{expected_sha256}); nothing was written"
-                )
-            return _file(await _call(client.stores.write(store, path, content)))
-        try:
-            updated = await client.stores.update(
-                store, found.id, content=content, content_sha256=expected_sha256
+
+async def write_file(
+    store: FileStore,
+    path: Path,
+    content: str,
+    expected_sha256: Annotated[
+        str | None, Field(description="The sha256 read_file returned; omit to overwrite")
+    ] = None,
+) -> dict[str, Any]:
+    client = caller().client
+    found = await _call(file_at(client, store, path))
+    if found is None:
+        if expected_sha256 is not None:
+            raise ToolError(
+                f"409 conflict_error: no file at {path!r} any more (expected sha256 "
+                f"{expected_sha256}); nothing was written"
             )
-        except NotFoundError as exc:  # deleted meanwhile
-            raise _tool_error(exc) from exc
-        except MnemeError as exc:
-            hint = "; nothing was written. Read the file again, then write with its current sha256."
-            raise _tool_error(exc, hint) from exc
-        return _file(updated)
+        return _file(await _call(client.stores.write(store, path, content)))
+    try:
+        updated = await client.stores.update(
+            store, found.id, content=content, content_sha256=expected_sha256
+        )
+    except NotFoundError as exc:  # deleted meanwhile
+        raise _tool_error(exc) from exc
+    except MnemeError as exc:
+        hint = "; nothing was written. Read the file again, then write with its current sha256."
+        raise _tool_error(exc, hint) from exc
+    return _file(updated)
 
+
+TOOLS: list[Callable[..., Awaitable[Any]]] = [
+    remember, recall, browse, forget, list_files, read_file, write_file,
+]  # fmt: skip
+
+
+def build_server() -> MCPServer:
+    """The MCP server with Mneme's tools; each call acts for ``CALLER`` (set it first)."""
+    server = MCPServer("mneme", instructions=INSTRUCTIONS)
+    for tool in TOOLS:
+        name = tool.__name__
+        server.add_tool(tool, name, description=DESCRIPTIONS[name], annotations=ANNOTATIONS[name])
     return server
 
 
@@ -209,7 +268,8 @@ def main() -> None:
     # stdout is the protocol; httpx's line per request would only crowd the client's log.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     client = AsyncMneme(os.environ.get("MNEME_API_KEY"), os.environ.get("MNEME_URL"))
-    build_server(client, os.environ.get("MNEME_STORE") or "default").run("stdio")
+    CALLER.set(Caller(client, os.environ.get("MNEME_STORE") or "default"))
+    build_server().run("stdio")
 
 
 if __name__ == "__main__":
