@@ -588,3 +588,34 @@ async def test_a_bad_body_from_a_known_key_is_still_the_handlers_400(client: Cli
         )
         assert resp.status == 400, await resp.text()
         assert (await resp.json())["error"]["type"] == "invalid_request_error"
+
+
+async def test_a_failed_flush_keeps_the_last_used_stamps_for_the_next(
+    client: Client, db_url: str
+) -> None:
+    """The database fails once while the stamps of returned memories are written: they
+    stay pending and land with the next flush (they were lost before)."""
+    from service.queries.search import Toucher
+
+    resp = await client.post("/api/v1/memories", json={"text": "Stamp me."}, headers=ADMIN)
+    memory_id = (await resp.json())["id"]
+    conn = await asyncpg.connect(db_url)
+    try:
+        workspace_id = await conn.fetchval(
+            "SELECT workspace_id FROM memories WHERE id = $1", memory_id
+        )
+        toucher = Toucher()
+        toucher.add(workspace_id, [memory_id])
+        gone = await asyncpg.create_pool(db_url, min_size=1, max_size=1)
+        await gone.close()  # a pool that can no longer reach the database
+        with pytest.raises(asyncpg.InterfaceError):
+            await toucher.flush(gone)
+        assert toucher.pending == {workspace_id: {memory_id}}
+        await toucher.flush(conn)
+        assert toucher.pending == {}
+        stamped = await conn.fetchval(
+            "SELECT count(*) FROM memory_uses WHERE memory_id = $1", memory_id
+        )
+        assert stamped == 1
+    finally:
+        await conn.close()

@@ -487,10 +487,21 @@ class Toucher:
         self.wake.set()
 
     async def flush(self, pool: Any) -> None:
+        """Write the pending stamps. What a failed flush did not write stays pending for
+        the next one (as ``Meter`` keeps its units): a lost stamp would change retention
+        and ranking."""
         batch, self.pending = self.pending, {}
-        for workspace_id, ids in batch.items():
-            if ids:
-                await touch(pool, workspace_id, sorted(ids))
+        written: set[str] = set()
+        try:
+            for workspace_id, ids in batch.items():
+                if ids:
+                    await touch(pool, workspace_id, sorted(ids))
+                written.add(workspace_id)
+        except BaseException:
+            for workspace_id, ids in batch.items():
+                if workspace_id not in written:
+                    self.pending.setdefault(workspace_id, set()).update(ids)
+            raise
 
 
 # --- keeping the statistics small ---------------------------------------------------------
