@@ -204,13 +204,15 @@ async def first_connect(url: str, wait_s: float, **kwargs: Any) -> asyncpg.Conne
             )
             return conn
         except NOT_UP_YET as exc:
-            if loop.time() + delay > deadline:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
                 raise
+            pause = min(delay, remaining)
             log.warning(
                 "the database does not accept connections yet; trying again",
-                extra={"error": str(exc) or type(exc).__name__, "retry_in_s": delay},
+                extra={"error": str(exc) or type(exc).__name__, "retry_in_s": pause},
             )
-            await asyncio.sleep(delay)
+            await asyncio.sleep(pause)
             delay = min(delay * 2, 5.0)
 
 
@@ -246,10 +248,11 @@ async def wait_current(conn: asyncpg.Connection, wait_s: float) -> None:
             await migrations.check_current(conn)
             return
         except migrations.PendingMigrations as exc:
-            if asyncio.get_running_loop().time() + 1.0 > deadline:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
                 raise
             log.warning("waiting for `mneme migrate`", extra={"pending": exc.pending})
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(min(1.0, remaining))
 
 
 async def _init_connection(conn: asyncpg.Connection) -> None:

@@ -32,6 +32,9 @@ UNIQUE_INDEXES = """
 SELECT i.indexrelid::regclass::text AS name, i.indrelid, i.indkey::int2[] AS keys
 FROM pg_index i WHERE i.indisunique
 """
+PRIMARY_KEYS = """
+SELECT conrelid FROM pg_constraint WHERE contype = 'p'
+"""
 FOREIGN_KEYS = """
 SELECT conname, conrelid, confrelid, conkey, confkey
 FROM pg_constraint WHERE contype = 'f'
@@ -63,3 +66,14 @@ async def test_every_table_can_be_distributed_by_workspace_or_is_a_reference_tab
         elif source not in distributed and target in distributed:
             broken.append(f"foreign key {r['conname']}: a reference table references a shard")
     assert broken == []
+
+
+async def test_every_distributed_table_has_a_primary_key(conn: asyncpg.Connection) -> None:
+    """Citus moves shards by logical replication: a table that is updated or deleted from
+    needs a replica identity, and every distributed table here is one or the other."""
+    tables = {r["oid"]: r["relname"] for r in await conn.fetch(TABLES)}
+    keyed = {r["conrelid"] for r in await conn.fetch(PRIMARY_KEYS)}
+    unkeyed = sorted(
+        name for oid, name in tables.items() if oid not in keyed and name not in REFERENCE | LOCAL
+    )
+    assert unkeyed == []
