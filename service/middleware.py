@@ -1,4 +1,6 @@
-"""The two middlewares: request context (id, errors, metrics, access log) and access control.
+"""Two of the three middlewares: request context (id, errors, metrics, access log) and
+access control. The third, between them, is ``service.inputs.input_middleware`` (the
+request's strings).
 
 ``context_middleware`` is outermost. Whatever happens inside — an ``ApiError``, one of
 aiohttp's own HTTP exceptions (unmatched route 404, 405, body too large 413) or an
@@ -7,7 +9,7 @@ unexpected exception — leaves as the one error shape with a ``request-id`` hea
 
 ``access_middleware`` authenticates the key for routes that need one, applies the
 workspace rate limit, then checks the route's scope. Requests refused with 401 are not
-counted toward the rate limit.
+counted toward the rate limit, and carry ``WWW-Authenticate: Bearer`` (``challenge``).
 """
 
 from __future__ import annotations
