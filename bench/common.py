@@ -110,15 +110,20 @@ def free_port() -> int:
         return port
 
 
-async def wait_ready(base: str, within_s: float = 180) -> None:
-    """Until the `mneme serve` at ``base`` answers /readyz with 200."""
+async def wait_ready(
+    base: str, within_s: float = 180, *, path: str = "/readyz"
+) -> dict[str, object]:
+    """Until the `mneme serve` at ``base`` answers ``path`` with 200 (``/healthz``: the
+    socket listens, which ``serve`` opens after the database is set up and bootstrapped,
+    before the model is loaded); its JSON body."""
     deadline = time.monotonic() + within_s
     async with aiohttp.ClientSession() as session:
         while time.monotonic() < deadline:
             try:
-                async with session.get(f"{base}/readyz") as resp:
+                async with session.get(f"{base}{path}") as resp:
                     if resp.status == 200:
-                        return
+                        body: dict[str, object] = await resp.json()
+                        return body
             except aiohttp.ClientConnectionError:
                 pass
             await asyncio.sleep(0.25)

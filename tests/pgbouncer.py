@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 CONFIG = """
 [databases]
 * = host={socket_dir} port={port}
@@ -34,6 +36,14 @@ pidfile = {root}/pgbouncer.pid
 
 def available() -> bool:
     return shutil.which("pgbouncer") is not None
+
+
+def require() -> None:
+    """Fail, not skip, without PgBouncer: one rule with Chromium (CI installs both)."""
+    if not available():
+        pytest.fail(
+            "Debian's pgbouncer is not installed: `apt-get install pgbouncer` (.ci/run does)"
+        )
 
 
 class PgBouncer:
@@ -74,6 +84,7 @@ class PgBouncer:
 
 @contextlib.contextmanager
 def pgbouncer_for(primary: Any, pool_size: int = 4) -> Iterator[PgBouncer]:
+    require()
     bouncer = PgBouncer(primary, pool_size)
     try:
         yield bouncer

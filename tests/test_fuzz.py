@@ -8,8 +8,12 @@ every run; `python -m bench.fuzz` explores further with random seeds.
 
 from __future__ import annotations
 
+import pytest
+
 from bench.fuzz import fuzz
 from service.routes import ROUTES
+
+pytestmark = pytest.mark.slow  # pyproject.toml: markers
 
 
 def test_schemathesis_finds_nothing_in_over_a_thousand_cases() -> None:

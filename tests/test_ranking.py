@@ -8,8 +8,7 @@ from typing import Any
 
 from service import ranking
 from service.queries.search import Candidate
-from tests.helpers import ADMIN, Client
-from tests.test_search import search
+from tests.helpers import ADMIN, Client, search
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 

@@ -15,9 +15,10 @@ import pytest
 
 from service.settings import Settings
 from tests.conftest import PgServer
-from tests.helpers import ADMIN, Client
+from tests.helpers import ADMIN, Client, search
 from tests.standby import Standby, caught_up, standby_of
-from tests.test_search import search
+
+pytestmark = pytest.mark.slow  # pyproject.toml: markers
 
 
 @pytest.fixture(scope="module")

@@ -23,15 +23,13 @@ import aiohttp
 import asyncpg
 import pytest
 
+from bench.common import free_port, wait_ready
 from tests.conftest import PgServer
 from tests.helpers import BOOTSTRAP_KEY
-from tests.pgbouncer import available, pgbouncer_for
+from tests.pgbouncer import pgbouncer_for
 from tests.standby import caught_up, standby_of
-from tests.test_serve import free_port, wait_ready
 
-pytestmark = pytest.mark.skipif(
-    not available(), reason="Debian's pgbouncer is not installed (.ci/run installs it)"
-)
+pytestmark = pytest.mark.slow
 
 WRITES, CLIENTS = 2000, 8
 HEADERS = {"Authorization": f"Bearer {BOOTSTRAP_KEY}"}

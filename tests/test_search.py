@@ -9,49 +9,9 @@ import asyncpg
 import pytest
 
 from embeddings.model import SentenceTransformerEmbedder
-from embeddings.worker import Worker
-from service import db
 from service.queries.memories import LAST_USED_AT
-from service.settings import Settings
 from service.state import EMBEDDER
-from tests.helpers import ADMIN, Client, auth, make_key
-
-URL = "/api/v1/memory/search"
-PNG = "iVBORw0KGgoAAAAAAAAAAAAAAAAAAAA="
-
-
-async def search(
-    client: Client,
-    body: dict[str, Any],
-    *,
-    model: str | None = None,
-    status: int = 200,
-    headers: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    h = {**ADMIN, **(headers or {})}
-    if model is not None:
-        h["X-WOS-Model"] = model
-    resp = await client.post(URL, json=body, headers=h)
-    assert resp.status == status, await resp.text()
-    out: dict[str, Any] = await resp.json()
-    return out
-
-
-async def seed(
-    client: Client, db_url: str, embedder: SentenceTransformerEmbedder, items: list[dict[str, Any]]
-) -> list[str]:
-    ids = []
-    for item in items:
-        resp = await client.post("/api/v1/memories", json=item, headers=ADMIN)
-        assert resp.status == 201, await resp.text()
-        ids.append((await resp.json())["id"])
-    pool = await db.create_pool(db_url, Settings(database_url=db_url, pool_min=1, pool_max=2))
-    try:
-        await Worker(pool, embedder).drain()
-    finally:
-        await pool.close()
-    return ids
-
+from tests.helpers import ADMIN, PNG, URL, Client, auth, make_key, search, seed
 
 FACTS: list[dict[str, Any]] = [
     {"text": "Alice drinks oat milk flat whites every morning.", "importance": 0.9},

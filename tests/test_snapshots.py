@@ -16,8 +16,17 @@ from embeddings.model import SentenceTransformerEmbedder
 from service.queries import keys
 from service.settings import Settings
 from service.state import METRICS, POOL, SNAPSHOTS
-from tests.helpers import ADMIN, BOOTSTRAP_KEY, Client, auth, make_key, make_member
-from tests.test_search import PNG, search, seed
+from tests.helpers import (
+    ADMIN,
+    BOOTSTRAP_KEY,
+    PNG,
+    Client,
+    auth,
+    make_key,
+    make_member,
+    search,
+    seed,
+)
 
 Make = Callable[[Settings], Awaitable[Client]]
 

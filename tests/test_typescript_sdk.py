@@ -23,6 +23,8 @@ from bench.common import Server
 from service.queries import keys, tenancy
 from tests.helpers import BOOTSTRAP_KEY, repo_root
 
+pytestmark = pytest.mark.slow  # pyproject.toml: markers
+
 PACKAGE = repo_root() / "clients" / "typescript"
 
 
