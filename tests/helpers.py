@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 from mcp import Client as McpClient
@@ -18,6 +19,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from embeddings.model import SentenceTransformerEmbedder
 from embeddings.worker import Worker
 from service import db
+from service.queries import keys, tenancy
 from service.settings import Settings
 
 BOOTSTRAP_KEY = "test-bootstrap-key-0123456789"
@@ -72,15 +74,23 @@ async def search(
     return out
 
 
+async def write(
+    client: Client, *items: dict[str, Any], headers: dict[str, str] = ADMIN
+) -> list[str]:
+    """Write items one request each (so each has its own created_at); their ids."""
+    ids = []
+    for item in items:
+        resp = await client.post("/api/v1/memories", json=item, headers=headers)
+        assert resp.status == 201, await resp.text()
+        ids.append((await resp.json())["id"])
+    return ids
+
+
 async def seed(
     client: Client, db_url: str, embedder: SentenceTransformerEmbedder, items: list[dict[str, Any]]
 ) -> list[str]:
     """Write ``items`` through the API, then embed them all: their ids."""
-    ids = []
-    for item in items:
-        resp = await client.post("/api/v1/memories", json=item, headers=ADMIN)
-        assert resp.status == 201, await resp.text()
-        ids.append((await resp.json())["id"])
+    ids = await write(client, *items)
     pool = await db.create_pool(db_url, Settings(database_url=db_url, pool_min=1, pool_max=2))
     try:
         await Worker(pool, embedder).drain()
@@ -141,3 +151,18 @@ async def refused(mcp: McpClient, tool: str, **arguments: Any) -> str:
     assert result.is_error, result.structured_content
     text: str = result.content[0].text  # type: ignore[union-attr]
     return text
+
+
+async def free_workspace_key(database_url: str, name: str) -> str:
+    """A service key (every scope) of a new workspace named ``name`` on the ``free`` plan
+    (60 requests a minute): for a real 429."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        ws = await tenancy.create_workspace(conn, name, "free")
+        assert ws is not None
+        _, secret = await keys.create_key(
+            conn, ws.id, kind="service", member=None, scopes=list(keys.SCOPES), name=name
+        )
+        return secret
+    finally:
+        await conn.close()

@@ -9,25 +9,13 @@ from typing import Any
 import asyncpg
 import pytest
 
-from tests.helpers import ADMIN, Client, auth, make_key, make_member
+from tests.helpers import ADMIN, Client, auth, make_key, make_member, write
 
 OBJECT_FIELDS = {
     "id", "text", "scope", "tier", "factType", "status", "provider", "providerRef",
     "entityRefs", "proofCount", "firstSeenAt", "lastUsedAt",
 }  # fmt: skip
 ISO_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
-
-
-async def write(
-    client: Client, *items: dict[str, Any], headers: dict[str, str] = ADMIN
-) -> list[str]:
-    """Write items one request each (so each has its own created_at); their ids."""
-    ids = []
-    for item in items:
-        resp = await client.post("/api/v1/memories", json=item, headers=headers)
-        assert resp.status == 201, await resp.text()
-        ids.append((await resp.json())["id"])
-    return ids
 
 
 async def browse(

@@ -7,24 +7,11 @@ from collections.abc import Awaitable, Callable
 import asyncpg
 import pytest
 
-from service.queries import keys, ratelimit, tenancy
+from service.queries import keys, ratelimit
 from service.settings import Settings
-from tests.helpers import Client, auth
+from tests.helpers import Client, auth, free_workspace_key
 
 MakeClient = Callable[[Settings], Awaitable[Client]]
-
-
-async def free_workspace_key(db_url: str) -> str:
-    conn = await asyncpg.connect(db_url)
-    try:
-        ws = await tenancy.create_workspace(conn, "small", "free")
-        assert ws is not None
-        _, secret = await keys.create_key(
-            conn, ws.id, kind="service", member=None, scopes=list(keys.SCOPES), name=None
-        )
-        return secret
-    finally:
-        await conn.close()
 
 
 async def test_two_instances_share_one_limit(
@@ -32,7 +19,7 @@ async def test_two_instances_share_one_limit(
 ) -> None:
     limited = settings.with_overrides(rate_limits={"free": 6, "pro": 600, "scale": 100_000})
     first, second = await make_client(limited), await make_client(limited)
-    headers = auth(await free_workspace_key(db_url))
+    headers = auth(await free_workspace_key(db_url, "small"))
 
     statuses = []
     for i in range(6):
@@ -52,7 +39,7 @@ async def test_limits_are_per_workspace_and_per_tier(
     client = await make_client(
         settings.with_overrides(rate_limits={"free": 2, "pro": 600, "scale": 100_000})
     )
-    free = auth(await free_workspace_key(db_url))
+    free = auth(await free_workspace_key(db_url, "small"))
     for _ in range(2):
         assert (await client.get("/api/v1/members", headers=free)).status == 200
     assert (await client.get("/api/v1/members", headers=free)).status == 429
@@ -68,7 +55,7 @@ async def test_unauthenticated_requests_do_not_count(
     client = await make_client(
         settings.with_overrides(rate_limits={"free": 2, "pro": 600, "scale": 100_000})
     )
-    good = await free_workspace_key(db_url)
+    good = await free_workspace_key(db_url, "small")
     for _ in range(10):
         assert (await client.get("/api/v1/members", headers=auth("wrong-" + good))).status == 401
     assert (await client.get("/api/v1/members", headers=auth(good))).status == 200
@@ -121,7 +108,7 @@ async def test_the_key_check_commits_its_count_without_a_disk_flush(
 ) -> None:
     # Every request's rate-limit hit is a write; it commits lazily (synchronous_commit off
     # for its own transaction), and the session keeps its setting for what follows.
-    secret = await free_workspace_key(db_url)
+    secret = await free_workspace_key(db_url, "small")
     workspace_id = await keys.key_workspace(conn, secret)
     limits = {"free": 60, "pro": 600, "scale": 6000}
     assert await conn.fetchval("SHOW synchronous_commit") == "on"

@@ -18,7 +18,6 @@ from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-import asyncpg
 import httpx
 import pytest
 from mneme_client import (
@@ -36,8 +35,7 @@ from mneme_client import (
 )
 
 from bench.common import Server
-from service.queries import keys, tenancy
-from tests.helpers import BOOTSTRAP_KEY, repo_root
+from tests.helpers import BOOTSTRAP_KEY, free_workspace_key, repo_root
 
 PNG = "iVBORw0KGgoAAAAAAAAAAAAAAAAAAAA="  # PNG magic, as tests/test_search.py
 
@@ -292,21 +290,9 @@ def test_a_key_is_required(monkeypatch: pytest.MonkeyPatch) -> None:
         Mneme()
 
 
-async def _free_workspace_key(server: Server) -> str:
-    conn = await asyncpg.connect(server.database_url())
-    try:
-        ws = await tenancy.create_workspace(conn, unique("sdk-free"), "free")
-        assert ws is not None
-        _, secret = await keys.create_key(
-            conn, ws.id, kind="service", member=None, scopes=list(keys.SCOPES), name="sdk"
-        )
-        return secret
-    finally:
-        await conn.close()
-
-
 def test_a_real_rate_limit_is_a_rate_limit_error(server: Server) -> None:
-    secret = asyncio.run(_free_workspace_key(server))  # tier free: 60 requests a minute
+    # tier free: 60 requests a minute
+    secret = asyncio.run(free_workspace_key(server.database_url(), unique("sdk-free")))
     c = Mneme(api_key=secret, base_url=server.base, max_retries=0)
     with c, pytest.raises(RateLimitError) as limited:
         for _ in range(70):

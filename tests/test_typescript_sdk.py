@@ -16,12 +16,10 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-import asyncpg
 import pytest
 
 from bench.common import Server
-from service.queries import keys, tenancy
-from tests.helpers import BOOTSTRAP_KEY, repo_root
+from tests.helpers import BOOTSTRAP_KEY, free_workspace_key, repo_root
 
 pytestmark = pytest.mark.slow  # pyproject.toml: markers
 
@@ -37,19 +35,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         yield srv
     finally:
         srv.stop()
-
-
-async def _free_workspace_key(server: Server) -> str:
-    conn = await asyncpg.connect(server.database_url())
-    try:
-        ws = await tenancy.create_workspace(conn, "ts-sdk-free", "free")
-        assert ws is not None
-        _, secret = await keys.create_key(
-            conn, ws.id, kind="service", member=None, scopes=list(keys.SCOPES), name="ts-sdk"
-        )
-        return secret
-    finally:
-        await conn.close()
 
 
 def _stale(package: Path) -> bool:
@@ -78,6 +63,6 @@ def test_the_typescript_sdk_passes_its_suites_against_a_real_server(server: Serv
     env.update(
         MNEME_URL=server.base,
         MNEME_API_KEY=BOOTSTRAP_KEY,
-        MNEME_FREE_API_KEY=asyncio.run(_free_workspace_key(server)),
+        MNEME_FREE_API_KEY=asyncio.run(free_workspace_key(server.database_url(), "ts-sdk-free")),
     )
     _npm("test", env=env, timeout=600)
