@@ -3,7 +3,7 @@
 After bench.quality_bench has written the conversations through the HTTP API, every
 question's candidates are fetched once with the service's own code (its store lookup,
 its two SQL arms at the depth a 20-result search uses, the service's int8 query model),
-then ranked here by ``service.ranking`` under each weight setting of a small grid. For
+then ranked here by ``service.retrieval.ranking`` under each weight setting of a small grid. For
 each conversation, the setting that does best on the other seven is scored on it; the
 leave-one-out figure is the mean over those eight held-out folds. The in-sample figure
 (the best setting over all eight) and the service's shipped defaults are reported too,
@@ -25,11 +25,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from service import db, ranking
 from service.app import load_embedder
+from service.ops import db
 from service.queries import keys
 from service.queries import search as sq
 from service.queries.search import Candidate
+from service.retrieval import ranking
 from service.settings import Settings
 
 PER_ARM = 80  # a 20-result search's (service.faces.search.handler: max(60, 4 x 20))
@@ -222,8 +223,8 @@ def render(r: dict[str, Any], http_r10: float | None) -> list[str]:
         "## Ranking levers, leave one conversation out (bench.ranking_folds)",
         "",
         "Each question's candidates fetched once with the service's code (store lookup, both",
-        f"SQL arms {PER_ARM} deep, int8 query model), ranked by service.ranking under each",
-        "setting; for each conversation the setting best on the other seven (categories 1-4,",
+        f"SQL arms {PER_ARM} deep, int8 query model), ranked by service.retrieval.ranking under",
+        "each setting; for each conversation the setting best on the other seven (categories 1-4,",
         f"among the settings that lose no more than {MAX_LOSS} on any category of those seven",
         "against the ranking before) is scored on it. LOO = the mean of the eight held-out folds",
         "(categories 1-4, R@10); in-sample = the best setting over all eight, same rule.",

@@ -44,10 +44,11 @@ import numpy.typing as npt
 from bench.common import LOCOMO, Server, load_turns, machine, summary_ms, write_results
 from embeddings import document_text
 from embeddings.model import SentenceTransformerEmbedder
-from service import db, store_indexes
+from service.ops import db
 from service.queries import search as sq
 from service.queries.keys import Principal
 from service.queries.search import SearchFilters
+from service.retrieval import store_indexes
 from service.settings import Settings
 
 KEY = "bench-bootstrap-key-0123456789abcdef"
@@ -157,7 +158,7 @@ async def load(
             started = time.perf_counter()
             await conn.execute(ddl[name])
             timings[f"{name}_build_s"] = round(time.perf_counter() - started, 1)
-        # The big store's own HNSW index, as the janitor builds it (service.store_indexes):
+        # The big store's own HNSW index, as the janitor builds it (retrieval.store_indexes):
         # built here, not a minute later on the janitor's next pass.
         started = time.perf_counter()
         own_from = Settings().store_index_min

@@ -27,7 +27,7 @@ from bench.common import Server, load_turns, machine, summary_ms, write_results
 from embeddings import document_text
 from embeddings.model import SentenceTransformerEmbedder
 from embeddings.worker import Worker, WorkerConfig
-from service import db
+from service.ops import db
 from service.settings import Settings
 
 KEY = "bench-bootstrap-key-0123456789abcdef"

@@ -21,21 +21,7 @@ from aiohttp import web
 
 from embeddings import Embedder
 from embeddings.worker import QueueProbe, Worker, WorkerConfig
-from service import db, store_indexes
-from service.bootstrap import bootstrap, print_first_key
-from service.faces import mcp
-from service.inputs import input_middleware
-from service.metrics import Metrics
-from service.middleware import access_middleware, context_middleware
-from service.outage import Outage
-from service.queries import idempotency, leases, ratelimit, search, stores, usage
-from service.queries import memories as q
-from service.queries.search import Toucher
-from service.routes import ROUTES, Route
-from service.server import standard_headers
-from service.settings import Settings
-from service.snapshots import Snapshots
-from service.state import (
+from service.app_keys import (
     DATABASE_URL,
     EMBEDDER,
     METER,
@@ -54,6 +40,21 @@ from service.state import (
     EmbedderSlot,
     RecentKeys,
 )
+from service.faces import mcp
+from service.http.inputs import input_middleware
+from service.http.middleware import access_middleware, context_middleware
+from service.http.outage import Outage
+from service.http.server import standard_headers
+from service.ops import db
+from service.ops.bootstrap import bootstrap, print_first_key
+from service.ops.metrics import Metrics
+from service.queries import idempotency, leases, ratelimit, search, stores, usage
+from service.queries import memories as q
+from service.queries.search import Toucher
+from service.retrieval import store_indexes
+from service.retrieval.snapshots import Snapshots
+from service.routes import ROUTES, Route
+from service.settings import Settings
 
 log = logging.getLogger("mneme.app")
 

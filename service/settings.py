@@ -103,10 +103,10 @@ class Settings:
     embed_lease_s: float = 60.0
     embed_poll_s: float = 5.0
     embed_max_attempts: int = 5
-    # Memory for search snapshots of small stores (service.snapshots); 0: none.
+    # Memory for search snapshots of small stores (service.retrieval.snapshots); 0: none.
     snapshot_bytes: int = 256 * 1024 * 1024
     # A store with this many active memories gets an HNSW index of its own
-    # (service.store_indexes); 0: none, every store shares one.
+    # (service.retrieval.store_indexes); 0: none, every store shares one.
     store_index_min: int = 20_000
     # Retention: transitory memories not used for this long are archived.
     transitory_idle_s: float = 30 * 24 * 3600.0

@@ -17,11 +17,11 @@ from aiohttp.test_utils import TestServer
 from aiohttp.web_runner import BaseRunner
 
 from embeddings.model import SentenceTransformerEmbedder
-from service import db, migrations
 from service.app import create_app
-from service.server import runner_for
+from service.app_keys import SETTINGS
+from service.http.server import runner_for
+from service.ops import db, migrations
 from service.settings import Settings
-from service.state import SETTINGS
 from tests.helpers import BOOTSTRAP_KEY, Client
 
 TEMPLATE = "mneme_template"
@@ -131,7 +131,7 @@ def embedder(tmp_path_factory: pytest.TempPathFactory) -> SentenceTransformerEmb
 
 
 class MnemeTestServer(TestServer):
-    """A test server built like ``mneme serve`` builds its own (``service.server``)."""
+    """A test server built like ``mneme serve`` builds its own (``service.http.server``)."""
 
     async def _make_runner(self, **kwargs: Any) -> BaseRunner:
         # As in production: a handler runs to its end when its client goes away.

@@ -18,7 +18,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from embeddings.model import SentenceTransformerEmbedder
 from embeddings.worker import Worker
-from service import db
+from service.ops import db
 from service.queries import keys, tenancy
 from service.settings import Settings
 

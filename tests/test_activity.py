@@ -11,7 +11,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from service import db
+from service.ops import db
 from service.queries import tenancy, usage
 from service.settings import Settings
 from tests.helpers import ADMIN, Client, auth, make_key, make_member

@@ -1,4 +1,4 @@
-"""Set-based batch writes (service.bulk) give what writing item by item gives.
+"""Set-based batch writes (service.write.bulk) give what writing item by item gives.
 
 Each case writes one batch twice into two stores that start alike — once by
 ``write_many`` (set-based when it can be), once item by item (``writes.write``, the
@@ -15,9 +15,10 @@ import asyncpg
 import msgspec
 import pytest
 
-from service import bulk, writes
-from service.errors import ApiError
+from service.http.errors import ApiError
 from service.queries import keys
+from service.write import bulk
+from service.write import rules as writes
 from tests.helpers import ADMIN, BOOTSTRAP_KEY, Client
 
 TEXTS = ["Alice drinks oat milk.", "Bob moved to Lisbon.", "The cat is called Miso.",

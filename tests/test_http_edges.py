@@ -1,5 +1,5 @@
 """What happens before the app sees a request: unparseable requests, slow and vanishing
-clients, and the headers every response carries (service/server.py).
+clients, and the headers every response carries (service/http/server.py).
 
 Raw sockets against the test server, which is built like ``mneme serve`` builds its own.
 """

@@ -7,8 +7,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from service import db
 from service.ids import ALPHABET, id_pattern, new_id
+from service.ops import db
 from service.settings import Settings, SettingsError
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from service.state import POOL, TOUCHER
+from service.app_keys import POOL, TOUCHER
 from tests.helpers import ADMIN, Client, auth, make_key, make_member
 
 SEARCH = "/api/v1/memory/search"

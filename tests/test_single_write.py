@@ -1,7 +1,7 @@
-"""A single write takes the short path (service.single) and keeps every write rule.
+"""A single write takes the short path (service.write.single) and keeps every write rule.
 
 The short path writes a memory with a providerRef in one statement and one without in a
-transaction of two. What it must share with the general path (service.bulk, taken by a
+transaction of two. What it must share with the general path (service.write.bulk, taken by a
 batch, an Idempotency-Key, a path or ``supersedes``) is tried here: the same answer and
 the same rows for the same request, the same identity lock, and no race between the two
 paths that leaves two memories for one identity, a lost proof, or a 5xx.

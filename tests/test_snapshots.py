@@ -1,4 +1,4 @@
-"""Search snapshots (service/snapshots.py): a small store ranked from memory answers
+"""Search snapshots (service/retrieval/snapshots.py): a small store ranked from memory answers
 exactly as the SQL arms do, for every reader, and never outlives a change.
 
 Two apps share one database: one with snapshots (the default), one without, so every
@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from embeddings.model import SentenceTransformerEmbedder
+from service.app_keys import METRICS, POOL, SNAPSHOTS
 from service.queries import keys
 from service.settings import Settings
-from service.state import METRICS, POOL, SNAPSHOTS
 from tests.helpers import (
     ADMIN,
     BOOTSTRAP_KEY,

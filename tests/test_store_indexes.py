@@ -1,4 +1,4 @@
-"""A large store's own HNSW index (service/store_indexes.py): built when a store grows
+"""A large store's own HNSW index (service/retrieval/store_indexes.py): built when a store grows
 past the line, walked by that store's searches, dropped when it is no longer needed, one
 builder at a time, and a build cut short is built again."""
 
@@ -12,11 +12,12 @@ import asyncpg
 import numpy as np
 import numpy.typing as npt
 
-from service import db, store_indexes
+from service.ops import db
 from service.queries import search as sq
 from service.queries import tenancy
 from service.queries.keys import Principal
 from service.queries.search import SearchFilters
+from service.retrieval import store_indexes
 from service.settings import Settings
 from tests.helpers import Client
 

@@ -489,7 +489,7 @@ def test_successor(prefix: str, expected: str | None) -> None:
 async def test_path_memories_are_embedded_and_browsable(client: Client, db_url: str) -> None:
     from embeddings.model import SentenceTransformerEmbedder
     from embeddings.worker import Worker
-    from service import db
+    from service.ops import db
     from service.settings import Settings
 
     store = await new_store(client)

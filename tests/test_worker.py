@@ -20,7 +20,7 @@ from embeddings import Chunk, Vectors, document_text
 from embeddings.batcher import QueryEncoder
 from embeddings.model import SentenceTransformerEmbedder
 from embeddings.worker import QueueProbe, Worker, WorkerConfig, queue_state
-from service import db
+from service.ops import db
 from service.queries import keys, tenancy
 from service.settings import Settings
 from tests.helpers import ADMIN, Client, auth
@@ -194,7 +194,7 @@ async def test_long_texts_are_embedded_in_chunks(
     ))  # fmt: skip
     own = float(q @ embedder.encode_documents([long_text[chunks[0].start : chunks[0].end]])[0])
     assert best > own + 0.01  # the test means something: a later chunk is closer
-    # similarity is the cosine mapped onto [0, 1] (service.ranking.similarity)
+    # similarity is the cosine mapped onto [0, 1] (service.retrieval.ranking.similarity)
     assert hits[m["id"]]["similarity"] == pytest.approx((best + 1) / 2, abs=1e-3)
     # Shortened to one window: the extra chunks go.
     await client.patch(f"/api/v1/memories/{m['id']}", json={"text": "short now"}, headers=ADMIN)

@@ -17,7 +17,7 @@ import pytest
 
 from embeddings.model import SentenceTransformerEmbedder
 from embeddings.worker import CHANNEL, Worker
-from service import db
+from service.ops import db
 from service.queries import memories as q
 from service.queries import stores
 from service.settings import Settings

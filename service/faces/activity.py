@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from service.errors import bad_request
-from service.faces.days import day_range
-from service.jsonutil import json_response
-from service.middleware import principal_of
+from service.app_keys import POOL
+from service.http.days import day_range
+from service.http.errors import bad_request
+from service.http.json import json_response
+from service.http.middleware import principal_of
 from service.queries import activity
-from service.state import POOL
 
 MAX_DAYS = 366
 

@@ -7,13 +7,13 @@ from typing import Any, Literal
 import msgspec
 from aiohttp import web
 
-from service.errors import ApiError, bad_request, conflict, not_found
+from service.app_keys import POOL
+from service.http.errors import ApiError, bad_request, conflict, not_found
+from service.http.inputs import read_body
+from service.http.json import iso, iso_or_none, json_response
+from service.http.middleware import principal_of
 from service.ids import is_name
-from service.inputs import read_body
-from service.jsonutil import iso, iso_or_none, json_response
-from service.middleware import principal_of
 from service.queries import keys, tenancy
-from service.state import POOL
 
 
 class MemberIn(msgspec.Struct, forbid_unknown_fields=True):

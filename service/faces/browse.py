@@ -14,14 +14,14 @@ from typing import Any
 
 from aiohttp import web
 
-from service.errors import bad_request, not_found
+from service.app_keys import READ_POOL
+from service.http.errors import bad_request, not_found
+from service.http.json import iso, json_response
+from service.http.middleware import principal_of
 from service.ids import id_pattern
-from service.jsonutil import iso, json_response
-from service.middleware import principal_of
 from service.queries import browse
 from service.queries import memories as q
-from service.state import READ_POOL
-from service.validation import STATUSES, TIERS, query_int
+from service.write.fields import STATUSES, TIERS, query_int
 
 DEFAULT_LIMIT = 25
 MAX_LIMIT = 100

@@ -33,10 +33,10 @@ from mneme_client._async import AsyncMneme
 from mneme_client.mcp_server import CALLER, Caller, build_server
 from starlette.applications import Starlette
 
-from service.asgi import serve_asgi
-from service.errors import ApiError
-from service.middleware import presented_key
-from service.state import SETTINGS
+from service.app_keys import SETTINGS
+from service.http.asgi import serve_asgi
+from service.http.errors import ApiError
+from service.http.middleware import presented_key
 
 PATH = "/mcp"
 # What a browser page of an allowed origin may send and read (the transport's headers).

@@ -9,16 +9,17 @@ import asyncpg
 import msgspec
 from aiohttp import web
 
-from service import single, writes
-from service.bulk import write_many
-from service.errors import bad_request, conflict, forbidden, not_found
-from service.inputs import body_of, read_body
-from service.jsonutil import iso, json_response
-from service.middleware import principal_of
+from service.app_keys import PLANNED_ONCE_POOL, POOL, READ_POOL
+from service.faces.render import memory_object
+from service.http.errors import bad_request, conflict, forbidden, not_found
+from service.http.inputs import body_of, read_body
+from service.http.json import iso, json_response
+from service.http.middleware import principal_of
 from service.queries import idempotency
 from service.queries import memories as q
-from service.render import memory_object
-from service.state import PLANNED_ONCE_POOL, POOL, READ_POOL
+from service.write import rules as writes
+from service.write import single
+from service.write.bulk import write_many
 
 _encoder = msgspec.json.Encoder()
 
@@ -36,7 +37,7 @@ async def create_memories(request: web.Request) -> web.Response:
     ctx = writes.WriteContext(principal)
     if key is None:
         items, batch = writes.decode_items(raw)
-        # A single write plans once (service.db.PLANNED_ONCE_SETTINGS); a batch's
+        # A single write plans once (service.ops.db.PLANNED_ONCE_SETTINGS); a batch's
         # set-based statements are planned for its size (generic plans took 20 % longer).
         pool = request.app[POOL if batch else PLANNED_ONCE_POOL]
         async with pool.acquire() as conn:

@@ -9,9 +9,9 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from service import migrations
-from service.jsonutil import json_response
-from service.state import EMBEDDER, METRICS, OUTAGE, POOL, QUEUE, SNAPSHOTS
+from service.app_keys import EMBEDDER, METRICS, OUTAGE, POOL, QUEUE, SNAPSHOTS
+from service.http.json import json_response
+from service.ops import migrations
 
 log = logging.getLogger("mneme.ops")
 

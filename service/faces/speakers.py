@@ -8,12 +8,12 @@ import asyncpg
 import msgspec
 from aiohttp import web
 
-from service.errors import bad_request, conflict, not_found
-from service.inputs import read_body
-from service.jsonutil import iso, json_response
-from service.middleware import principal_of
+from service.app_keys import POOL
+from service.http.errors import bad_request, conflict, not_found
+from service.http.inputs import read_body
+from service.http.json import iso, json_response
+from service.http.middleware import principal_of
 from service.queries import memories as q
-from service.state import POOL
 
 MAX_SPEAKER_CHARS = 64
 

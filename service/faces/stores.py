@@ -14,19 +14,19 @@ import msgspec
 from aiohttp import web
 from msgspec import UNSET, UnsetType
 
-from service import validation as v
-from service import writes
-from service.errors import bad_request, conflict, not_found
+from service.app_keys import PLANNED_ONCE_POOL, POOL, READ_POOL
 from service.faces.memories import versions_body
+from service.http.errors import bad_request, conflict, not_found
+from service.http.inputs import read_body
+from service.http.json import iso, json_response
+from service.http.middleware import principal_of
 from service.ids import is_name
-from service.inputs import read_body
-from service.jsonutil import iso, json_response
-from service.middleware import principal_of
 from service.queries import memories as q
 from service.queries import stores as sq
 from service.queries.keys import Principal
 from service.queries.memories import Memory, Store
-from service.state import PLANNED_ONCE_POOL, POOL, READ_POOL
+from service.write import fields as v
+from service.write import rules as writes
 
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 100

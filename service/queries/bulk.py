@@ -1,4 +1,4 @@
-"""The SQL of set-based writes: one statement per step for a whole batch (service.bulk).
+"""The SQL of set-based writes: one statement per step for a whole batch (service.write.bulk).
 
 Each statement takes the batch as parallel arrays (``unnest``) and answers row by row
 with the item's position (``ord``), so the caller matches answers to items whatever

@@ -323,7 +323,7 @@ async def find_duplicate(
     return None if row is None else _memory(row)
 
 
-# An identity a write decides (service.writes.identity_of): workspace, store, provider or
+# An identity a write decides (service.write.rules.identity_of): workspace, store, provider or
 # '', providerRef or text sha256.
 Identity = tuple[str, str, str, str]
 

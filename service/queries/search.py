@@ -6,7 +6,7 @@ or any chunk of a long text); the full-text arm ranks by BM25 over an OR-query o
 question's lexemes (a conversational question rarely has every word in one memory),
 with the store's statistics (document count, mean length, each lexeme's document
 frequency) read from tables that triggers keep exact (0003_search_stats.sql). Python
-fuses the two rank lists (``service.ranking``).
+fuses the two rank lists (``service.retrieval.ranking``).
 
 Small stores are searched exactly (every vector of the store is compared: at a few
 thousand rows that is faster than an index and never misses); large ones go through
@@ -203,12 +203,12 @@ class Profile:
     length: int
     self_docs: int
     image_docs: int
-    # What the search asked along with the profile (service.snapshots): the query's
+    # What the search asked along with the profile (service.retrieval.snapshots): the query's
     # lexemes (to_tsvector's, as the full-text arm takes them), and which of the scopes it
     # named the reader may read (mneme_readable).
     lexemes: tuple[str, ...] = ()
     readable_scopes: frozenset[str] = frozenset()
-    # The store's registered speakers (for the speaker a query names, service.ranking).
+    # The store's registered speakers (for the speaker a query names, service.retrieval.ranking).
     speakers: tuple[str, ...] = ()
 
     @property
@@ -337,7 +337,7 @@ def statement_values(
 
 def planned_once(stats: Profile) -> bool:
     """Whether a search of the store may run on generic plans: its statements are the
-    exact ones, whose plans never depend on the store (service.db.PLANNED_ONCE_SETTINGS),
+    exact ones, whose plans never depend on the store (service.ops.db.PLANNED_ONCE_SETTINGS),
     unlike the HNSW statements."""
     return stats.docs < EXACT_BELOW
 
@@ -401,7 +401,7 @@ async def candidates(
 
     Fewer than ``EXACT_BELOW`` memories in the searched part of the store: an exact scan
     (at that size faster than the index, and it never misses). More: the HNSW index with
-    pgvector's iterative scan (settings in ``service.db``); if that still brings fewer
+    pgvector's iterative scan (settings in ``service.ops.db``); if that still brings fewer
     vector candidates than asked for (a filter that passes few rows, the scan's tuple
     limit), the exact scan answers instead, so a filtered search never silently loses
     results.

@@ -1,7 +1,7 @@
 """The SQL of one new memory written in as few statements as the write rules allow
-(service.single).
+(service.write.single).
 
-Each statement does what the general path (service.bulk) does step by step, in its
+Each statement does what the general path (service.write.bulk) does step by step, in its
 order: the store named by id or name and key-share locked until commit
 (``memories.SELECT_STORE_FOR_WRITE``), the speaker registered in it, the identity lock
 (``mneme_identity_key``, 0011), then the memory with its "created" version.

@@ -5,7 +5,7 @@ checks candidates proposed from them.
 memory's search columns: what a search candidate carries, its scope, its vector (and its
 chunks' vectors), its lexemes with their counts. ``readable`` keeps those of a list of ids
 that pass the full search predicate (readability, filters, liveness) in SQL, as the SQL
-arms apply it (service.snapshots uses it when a search has filters).
+arms apply it (service.retrieval.snapshots uses it when a search has filters).
 
 Vectors travel as ``vector_send``'s bytes: numpy reads them all in one pass, where
 pgvector's codec would build one array per row.
@@ -19,7 +19,7 @@ import asyncpg
 import numpy as np
 import numpy.typing as npt
 
-from service.db import VECTOR_DIMENSION
+from service.ops.db import VECTOR_DIMENSION
 from service.queries.memories import LAST_USED_AT
 from service.queries.named import NamedSQL
 from service.queries.search import _WHERE, SUBSETS
@@ -34,7 +34,7 @@ SELECT coalesce((SELECT version FROM store_versions WHERE workspace_id = $1 AND 
 """
 
 # A search candidate's columns (service.queries.search.Candidate's fields, in order, but
-# for what ranking adds), as ROWS and FETCH both begin; service.snapshots reads them by
+# for what ranking adds), as ROWS and FETCH both begin; service.retrieval.snapshots reads them by
 # position.
 CANDIDATE_COLUMNS = f"""
 m.id, m.text, m.kind, m.category, m.importance, m.proof_count, m.speaker, m.superseded_by,

@@ -2,7 +2,7 @@
 
 One module per job: ``models`` (the memory models and what each serves), ``request``
 (parsing and validation), ``handler`` (store, cache, retrieval through
-``service.queries.search`` and ``service.ranking``), ``verify`` (further passes),
+``service.queries.search`` and ``service.retrieval.ranking``), ``verify`` (further passes),
 ``render`` (the wire shape), ``billing`` (units and the cache key), ``usage``
 (``GET /api/v1/usage``).
 """

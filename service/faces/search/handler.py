@@ -14,20 +14,7 @@ import msgspec
 from aiohttp import web
 
 from embeddings.batcher import Vector
-from service import db, ranking, snapshots
-from service.errors import ApiError, not_found
-from service.faces.search.billing import TTL_S, WRITE_RATE, options_key, result_tokens_of
-from service.faces.search.models import MemoryModel, pick_model
-from service.faces.search.render import render
-from service.faces.search.request import MAX_QUERY_BYTES, SearchRequest, parse_request
-from service.faces.search.verify import VERIFY_DEPTH, verify_passes
-from service.inputs import body_of
-from service.middleware import phase, principal_of
-from service.queries import memories as q
-from service.queries import search as sq
-from service.queries import usage
-from service.queries.search import Candidate, SearchFilters
-from service.state import (
+from service.app_keys import (
     EMBEDDER,
     METER,
     METRICS,
@@ -37,6 +24,20 @@ from service.state import (
     SNAPSHOTS,
     TOUCHER,
 )
+from service.faces.search.billing import TTL_S, WRITE_RATE, options_key, result_tokens_of
+from service.faces.search.models import MemoryModel, pick_model
+from service.faces.search.render import render
+from service.faces.search.request import MAX_QUERY_BYTES, SearchRequest, parse_request
+from service.http.errors import ApiError, not_found
+from service.http.inputs import body_of
+from service.http.middleware import phase, principal_of
+from service.ops import db
+from service.queries import memories as q
+from service.queries import search as sq
+from service.queries import usage
+from service.queries.search import Candidate, SearchFilters
+from service.retrieval import ranking, snapshots
+from service.retrieval.verify import VERIFY_DEPTH, verify_passes
 
 # A body larger than this is not read before its key is checked.
 PREFETCH_MAX_BODY = 64 * 1024
@@ -91,7 +92,7 @@ async def _search(
 ) -> web.Response:
     principal = principal_of(request)
     # The store, its speaker and the cache are looked up by key: planned once
-    # (service.db.PLANNED_ONCE_SETTINGS). The store and everything retrieved from it are
+    # (service.ops.db.PLANNED_ONCE_SETTINGS). The store and everything retrieved from it are
     # read where reads go (a standby, with MNEME_READ_DATABASE_URL): one consistent view,
     # whose store version keys the snapshot and the cache; the cache lives on the primary.
     pool = request.app[PLANNED_ONCE_POOL]
@@ -204,7 +205,7 @@ async def answer(
     the query's vector, already being computed; ``snap``: the store's snapshot, exact for
     its version."""
     principal = reader.principal
-    # Exact scans run on connections that plan once (service.db.PLANNED_ONCE_SETTINGS).
+    # Exact scans run on connections that plan once (service.ops.db.PLANNED_ONCE_SETTINGS).
     pool = request.app[READ_PLANNED_ONCE_POOL if sq.planned_once(stats) else READ_POOL]
     slot = request.app[EMBEDDER]
     assert slot.queries is not None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from service.errors import bad_request
+from service.http.errors import bad_request
 
 
 @dataclass(frozen=True)

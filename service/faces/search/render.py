@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from service import ranking
 from service.faces.search.request import SearchRequest
-from service.jsonutil import iso, utc
+from service.http.json import iso, utc
 from service.queries.search import Candidate
+from service.retrieval import ranking
 
 
 def render_time(ts: datetime, form: str | None, tz: int) -> str:

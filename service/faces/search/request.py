@@ -10,12 +10,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from service.errors import bad_request, forbidden
 from service.faces.search.models import MemoryModel
-from service.inputs import decode_json
-from service.jsonutil import parse_time
+from service.http.errors import bad_request, forbidden
+from service.http.inputs import decode_json
+from service.http.json import parse_time
 from service.queries.search import SearchFilters
-from service.validation import is_blank, whole_number
+from service.write.fields import is_blank, whole_number
 
 USER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 MAX_QUERY_BYTES = 8192

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from service.faces.days import day_range
-from service.jsonutil import json_response
-from service.middleware import principal_of
+from service.app_keys import METER, POOL
+from service.http.days import day_range
+from service.http.json import json_response
+from service.http.middleware import principal_of
 from service.queries import usage
-from service.state import METER, POOL
 
 
 async def get_usage(request: web.Request) -> web.Response:

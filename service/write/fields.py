@@ -11,7 +11,7 @@ import binascii
 import hashlib
 import unicodedata
 
-from service.errors import bad_request
+from service.http.errors import bad_request
 from service.ids import is_name
 
 MAX_TEXT_BYTES = 102_400

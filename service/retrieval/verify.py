@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
-from service import ranking
-from service.jsonutil import utc
+from service.http.json import utc
 from service.queries.search import Candidate
+from service.retrieval import ranking
 
 # verify (tuned on LoCoMo multi-hop, bench/results/quality.md): a candidate from a day the
 # answer already draws on counts this much more; candidates per arm (at least). 1.6 paid
-# under reciprocal-rank fusion; since score fusion and neighbours (service.ranking) the
+# under reciprocal-rank fusion; since score fusion and neighbours (service.retrieval.ranking) the
 # plain ranking already draws on a hit's context, and 1.1 was the best of 0.8-1.6 (plain
 # order is 1.0).
 VERIFY_SAME_DAY = 1.1

@@ -1,7 +1,7 @@
 """The write path: create (one or a batch), upsert, dedupe, patch, delete, purge.
 
 Used by the HTTP write API, the Memory Store face and ``mneme import`` alike, so every
-way in follows the same rules; ``service.bulk`` writes a batch set-based where that
+way in follows the same rules; ``service.write.bulk`` writes a batch set-based where that
 gives the same outcome as these functions item by item. Each function runs inside the
 caller's transaction; a batch is all-or-nothing because the first failing item raises
 and the transaction rolls back. What every change to memories must also do — stamp the
@@ -19,13 +19,13 @@ import asyncpg
 import msgspec
 from msgspec import UNSET, UnsetType
 
-from service import validation as v
-from service.errors import ApiError, bad_request, conflict, forbidden, not_found
-from service.inputs import check_strings, decode_json, string_problem
-from service.jsonutil import parse_time
+from service.http.errors import ApiError, bad_request, conflict, forbidden, not_found
+from service.http.inputs import check_strings, decode_json, string_problem
+from service.http.json import parse_time
 from service.queries import memories as q
 from service.queries.keys import Principal
 from service.queries.memories import Memory, Store
+from service.write import fields as v
 
 MAX_BATCH = 500
 # Text, path, metadata and status changes are what the audit trail records.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.jsonutil import iso, iso_or_none
+from service.http.json import iso, iso_or_none
 from service.queries.memories import Memory
 
 

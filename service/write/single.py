@@ -1,6 +1,6 @@
 """One new memory, written in as few round trips as the write rules allow.
 
-The general path (``service.bulk.write_many``) takes seven round trips for one memory:
+The general path (``service.write.bulk.write_many``) takes seven round trips for one memory:
 BEGIN, the store, its speakers, the identity lock, the holder or duplicate, the insert,
 COMMIT. A single write without an Idempotency-Key, a path or ``supersedes`` — what an
 agent sends on every turn — keeps every rule in fewer:
@@ -26,11 +26,11 @@ from typing import Any
 import asyncpg
 from msgspec import UNSET
 
-from service import writes
-from service.errors import ApiError
-from service.inputs import string_problem
+from service.http.errors import ApiError
+from service.http.inputs import string_problem
 from service.queries import single as q
-from service.writes import MemoryIn, WriteContext, Written
+from service.write import rules as writes
+from service.write.rules import MemoryIn, WriteContext, Written
 
 
 async def create(conn: asyncpg.Connection, ctx: WriteContext, item: MemoryIn) -> Written | None:

@@ -5,7 +5,7 @@ whose items cannot affect one another — no paths, no ``supersedes``, no two it
 one sync identity or one text in one store — is written set-based: its stores, speakers,
 identity locks, duplicates and sync holders are each looked up in one statement, and its
 new memories are inserted with their versions in one more. The outcome is the one the
-item-by-item path (``service.writes.write``) gives: the same dedupe, upsert and
+item-by-item path (``service.write.rules.write``) gives: the same dedupe, upsert and
 idempotency rules, all-or-nothing, the first failing item's error. Any other batch, or
 one whose sync upserts change memories while other items look for duplicates (an upsert
 could make a memory a duplicate, or stop it being one, for an item after it), is written
@@ -21,12 +21,12 @@ from typing import Any
 import asyncpg
 from msgspec import UNSET
 
-from service import writes
-from service.errors import ApiError
+from service.http.errors import ApiError
 from service.queries import bulk
 from service.queries import memories as q
 from service.queries.memories import Memory, Store
-from service.writes import MemoryIn, WriteContext, Written
+from service.write import rules as writes
+from service.write.rules import MemoryIn, WriteContext, Written
 
 
 @dataclass

@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-from service.inputs import body_of
+from service.http.inputs import body_of
 
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]

@@ -8,7 +8,7 @@ at info level that names the problem, never the bytes.
 
 Slow clients: a connection must deliver a complete request line and headers within
 ``header_timeout`` seconds of opening (or of its previous response, on keep-alive),
-else it is closed; bodies are read under their own deadline (``service.inputs``).
+else it is closed; bodies are read under their own deadline (``service.http.inputs``).
 
 Every response names the server without versions and carries ``nosniff``.
 """
@@ -28,10 +28,10 @@ from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_runner import GracefulExit
 
-from service.errors import ApiError, render_error
+from service.app_keys import EMBEDDER
+from service.http.errors import ApiError, render_error
 from service.ids import new_id
 from service.settings import Settings
-from service.state import EMBEDDER
 
 log = logging.getLogger("mneme.http")
 
@@ -108,7 +108,7 @@ def runner_for(app: web.Application, settings: Settings, **kwargs: Any) -> Runne
         app,
         keepalive_timeout=settings.header_timeout,
         shutdown_timeout=settings.shutdown_timeout,
-        access_log=None,  # service.middleware writes the access log
+        access_log=None,  # service.http.middleware writes the access log
         **kwargs,
     )
 

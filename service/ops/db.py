@@ -20,7 +20,7 @@ from typing import Any
 import asyncpg
 from pgvector.asyncpg import register_vector
 
-from service import migrations
+from service.ops import migrations
 from service.settings import Settings
 
 log = logging.getLogger("mneme.db")
@@ -354,7 +354,7 @@ async def connect(
 
 class LazyConnection:
     """A pool's connection, taken when first asked for and given back on exit: a search
-    answered from memory (service.snapshots) takes none."""
+    answered from memory (service.retrieval.snapshots) takes none."""
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool

@@ -29,7 +29,7 @@ class JsonFormatter(logging.Formatter):
 
 class _WithoutTraceback(logging.Filter):
     """Keeps the line, drops the traceback: for a library's warnings about a condition
-    the service reports itself (a database outage: ``service.outage``)."""
+    the service reports itself (a database outage: ``service.http.outage``)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno < logging.ERROR:

@@ -2,7 +2,7 @@
 
 ``ApiError`` carries a status, a kind and a message (plus optional fields such as
 ``valid`` or ``param``). ``render_error`` is the only place that builds an error body;
-the error middleware in ``service.middleware`` routes aiohttp's own 404/405/413 and
+the error middleware in ``service.http.middleware`` routes aiohttp's own 404/405/413 and
 unexpected exceptions through it too.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from service.jsonutil import json_response
+from service.http.json import json_response
 
 KIND_BY_STATUS = {
     400: "invalid_request_error",

@@ -1,5 +1,5 @@
 """Two of the three middlewares: request context (id, errors, metrics, access log) and
-access control. The third, between them, is ``service.inputs.input_middleware`` (the
+access control. The third, between them, is ``service.http.inputs.input_middleware`` (the
 request's strings).
 
 ``context_middleware`` is outermost. Whatever happens inside — an ``ApiError``, one of
@@ -21,14 +21,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from service.errors import KIND_BY_STATUS, ApiError, render_error
-from service.ids import new_id
-from service.inputs import abandon_body
-from service.outage import RETRY_AFTER_S, is_rolled_back, is_unavailable
-from service.queries import keys
-from service.queries.keys import Principal
-from service.queries.ratelimit import Decision
-from service.state import (
+from service.app_keys import (
     METRICS,
     OUTAGE,
     PLANNED_ONCE_POOL,
@@ -36,6 +29,13 @@ from service.state import (
     ROUTE_SPECS,
     SETTINGS,
 )
+from service.http.errors import KIND_BY_STATUS, ApiError, render_error
+from service.http.inputs import abandon_body
+from service.http.outage import RETRY_AFTER_S, is_rolled_back, is_unavailable
+from service.ids import new_id
+from service.queries import keys
+from service.queries.keys import Principal
+from service.queries.ratelimit import Decision
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -72,7 +72,7 @@ def _from_http_exception(request: web.Request, exc: web.HTTPException) -> ApiErr
 
 def _unexpected(request: web.Request, exc: Exception) -> ApiError:
     """An exception no handler turned into an ``ApiError``: the database being away (503,
-    reported by ``service.outage``), or a bug (500: the traceback goes to the log under
+    reported by ``service.http.outage``), or a bug (500: the traceback goes to the log under
     the request id, the client sees only the id)."""
     if is_rolled_back(exc):
         log.info(

@@ -70,7 +70,7 @@ class MigrationState:
 
 def default_dir() -> Path:
     """``sql/migrations`` of the source tree, or its copy inside an installed wheel."""
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parent.parent  # the service package
     for candidate in (here / "sql" / "migrations", here.parent / "sql" / "migrations"):
         if candidate.is_dir():
             return candidate

@@ -28,8 +28,8 @@ from typing import Any, TypeVar
 import msgspec
 from aiohttp import web
 
-from service.errors import ApiError, bad_request
-from service.state import SETTINGS
+from service.app_keys import SETTINGS
+from service.http.errors import ApiError, bad_request
 
 T = TypeVar("T")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

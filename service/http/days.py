@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from datetime import UTC, date, datetime, timedelta
 
-from service.errors import bad_request
+from service.http.errors import bad_request
 
 DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 

@@ -60,7 +60,7 @@ def parse_time(value: str, field: str) -> datetime:
     back one microsecond inside: asyncpg would store them as -infinity and infinity, and
     times leave the service with milliseconds, so the shift never shows.
     """
-    from service.errors import bad_request
+    from service.http.errors import bad_request
 
     text = value.strip()
     try:

@@ -2,7 +2,7 @@
 
 With PostgreSQL down (stopped, restarting, crashed, refusing connections), every request
 that needs it fails the same way for a while. Each such failure is answered
-``503 api_error`` with ``Retry-After`` (``service.middleware``), and the log gets one
+``503 api_error`` with ``Retry-After`` (``service.http.middleware``), and the log gets one
 warning when the outage starts, one every ``REPORT_EVERY_S`` while it lasts (with how
 many failures it has caused), and one when a request succeeds again: not a traceback per
 request. The pool reconnects by itself, so the service recovers without a restart.

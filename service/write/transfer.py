@@ -17,13 +17,13 @@ from typing import Any
 import asyncpg
 import msgspec
 
-from service import writes
-from service.bulk import write_many
-from service.errors import ApiError
-from service.inputs import decode_json
-from service.jsonutil import iso, iso_or_none
+from service.http.errors import ApiError
+from service.http.inputs import decode_json
+from service.http.json import iso, iso_or_none
 from service.queries import memories as q
 from service.queries.keys import Principal
+from service.write import rules as writes
+from service.write.bulk import write_many
 
 BATCH = 500
 

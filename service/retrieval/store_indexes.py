@@ -4,7 +4,7 @@ The one HNSW index over every store's vectors (``memories_embedding``) answers a
 search by walking the graph of all of them and dropping the other stores' rows after
 the walk. A store that holds ``min_docs`` active memories or more gets a partial index of
 its own (``WHERE workspace_id = '…' AND store_id = '…'``): its searches' vector arms are
-planned for their values (``plan_cache_mode = force_custom_plan``, ``service.db``), so the
+planned for their values (``plan_cache_mode = force_custom_plan``, ``service.ops.db``), so the
 planner proves the predicate and walks the smaller graph. The search statements do not
 change; a store without an index of its own is searched as before.
 

@@ -15,14 +15,14 @@ from aiohttp import web
 from embeddings import Embedder
 from embeddings.batcher import QueryEncoder
 from embeddings.worker import QueueProbe
-from service.outage import Outage
+from service.http.outage import Outage
 from service.queries.search import Toucher
 from service.queries.usage import Meter
+from service.retrieval.snapshots import Snapshots
 from service.settings import Settings
-from service.snapshots import Snapshots
 
 if TYPE_CHECKING:
-    from service.metrics import Metrics
+    from service.ops.metrics import Metrics
     from service.routes import Route
 
 
@@ -71,13 +71,13 @@ POOL = web.AppKey("pool", asyncpg.Pool)
 # The database the pools connect to (for work that needs a connection of its own).
 DATABASE_URL = web.AppKey("database_url", str)
 # Connections that plan each statement once (generic plans), for statements whose best plan
-# never depends on their values (service.db.PLANNED_ONCE_SETTINGS says which).
+# never depends on their values (service.ops.db.PLANNED_ONCE_SETTINGS says which).
 PLANNED_ONCE_POOL = web.AppKey("planned_once_pool", asyncpg.Pool)
 # The same two for reads that may lag the primary a little (MNEME_READ_DATABASE_URL, a hot
 # standby; the primary's pools without one): browse, search, store listings, versions.
 READ_POOL = web.AppKey("read_pool", asyncpg.Pool)
 READ_PLANNED_ONCE_POOL = web.AppKey("read_planned_once_pool", asyncpg.Pool)
-# Small stores' vectors and postings in memory, for search (service.snapshots).
+# Small stores' vectors and postings in memory, for search (service.retrieval.snapshots).
 SNAPSHOTS = web.AppKey("snapshots", Snapshots)
 METRICS: web.AppKey[Metrics] = web.AppKey("metrics")
 ROUTE_SPECS: web.AppKey[dict[web.AbstractRoute, Route]] = web.AppKey("route_specs")

@@ -1,0 +1,1 @@
+"""The HTTP shell: the server, middlewares, request inputs, errors and JSON."""

@@ -1,0 +1,1 @@
+"""Operations: the database pool and migrations, bootstrap, metrics and logs."""

@@ -1,0 +1,1 @@
+"""The search path past the handler: ranking, snapshots, store indexes, verify passes."""

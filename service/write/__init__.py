@@ -1,0 +1,1 @@
+"""The write path: the rules every write keeps, one memory, batches, field checks, transfer."""
