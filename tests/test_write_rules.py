@@ -19,8 +19,9 @@ from embeddings.model import SentenceTransformerEmbedder
 from embeddings.worker import CHANNEL, Worker
 from service.ops import db
 from service.queries import memories as q
-from service.queries import stores
+from service.queries import stores, tenancy
 from service.settings import Settings
+from service.write import rules
 from tests.helpers import ADMIN, Client
 
 SEARCH = "/api/v1/memory/search"
@@ -315,3 +316,18 @@ async def test_a_deleted_stores_version_is_pruned_by_the_janitor(
     await stores.prune_versions(conn)
     assert [r["store_id"] for r in await conn.fetch(stamped)] == kept
     assert kept  # the default store keeps its version
+
+
+async def test_write_defaults_are_the_schemas(conn: asyncpg.Connection) -> None:
+    """The defaults the write path applies before the database does (the duplicate rule
+    compares scopes, a sync identity names its provider) are the columns' own."""
+    defaults = dict(await conn.fetch(
+        "SELECT column_name, column_default FROM information_schema.columns"
+        " WHERE table_name = 'memories' AND column_name IN ('scope', 'provider')"
+    ))  # fmt: skip
+    assert defaults == {"scope": f"'{rules.DEFAULT_SCOPE}'::text",
+                        "provider": f"'{rules.DEFAULT_PROVIDER}'::text"}  # fmt: skip
+    workspace = await tenancy.create_workspace(conn, "defaults", "free")
+    assert workspace is not None
+    store = await q.resolve_store(conn, workspace.id, rules.DEFAULT_STORE)
+    assert store is not None and store.name == rules.DEFAULT_STORE

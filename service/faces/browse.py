@@ -15,8 +15,9 @@ from typing import Any
 from aiohttp import web
 
 from service.app_keys import READ_POOL
+from service.faces.render import browse_object
 from service.http.errors import bad_request, not_found
-from service.http.json import iso, json_response
+from service.http.json import json_response
 from service.http.middleware import principal_of
 from service.ids import id_pattern
 from service.queries import browse
@@ -83,23 +84,6 @@ def parse_limit(raw: str | None) -> tuple[int, bool]:
     return (MAX_LIMIT, True) if value > MAX_LIMIT else (value, False)
 
 
-def render(row: browse.Row) -> dict[str, Any]:
-    return {
-        "id": row.id,
-        "text": row.text,
-        "scope": row.scope,
-        "tier": row.tier,
-        "factType": row.fact_type,
-        "status": row.status,
-        "provider": row.provider,
-        "providerRef": row.provider_ref,
-        "entityRefs": row.entity_refs,
-        "proofCount": row.proof_count,
-        "firstSeenAt": iso(row.first_seen_at),
-        "lastUsedAt": iso(row.last_used_at),
-    }
-
-
 async def list_memories(request: web.Request) -> web.Response:
     principal = principal_of(request)
     pool = request.app[READ_POOL]  # may lag the primary (MNEME_READ_DATABASE_URL)
@@ -135,7 +119,7 @@ async def list_memories(request: web.Request) -> web.Response:
     last = found.rows[-1] if found.rows else None
     return json_response(
         {
-            "data": [render(r) for r in survivors],
+            "data": [browse_object(r) for r in survivors],
             "cursor": encode_cursor(last.created_at, last.id) if found.has_more and last else None,
             "hasMore": found.has_more,
             "meta": meta,

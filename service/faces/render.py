@@ -2,13 +2,44 @@
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import datetime
+from typing import Any, Protocol
 
 from service.http.json import iso, iso_or_none
 from service.queries.memories import Memory
 
 
-def browse_object(m: Memory) -> dict[str, Any]:
+class Browsed(Protocol):
+    """What the browse object shows: a stored memory, or a row of a browse window
+    (``service.queries.browse.Row``, whose text is absent for a hidden observation)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def text(self) -> str | None: ...
+    @property
+    def scope(self) -> str: ...
+    @property
+    def tier(self) -> str: ...
+    @property
+    def fact_type(self) -> str | None: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def provider(self) -> str: ...
+    @property
+    def provider_ref(self) -> str: ...
+    @property
+    def entity_refs(self) -> list[str]: ...
+    @property
+    def proof_count(self) -> int | None: ...
+    @property
+    def first_seen_at(self) -> datetime: ...
+    @property
+    def last_used_at(self) -> datetime: ...
+
+
+def browse_object(m: Browsed) -> dict[str, Any]:
     """The seed's Memory Object, field for field."""
     return {
         "id": m.id,

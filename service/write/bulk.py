@@ -19,14 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
-from msgspec import UNSET
 
 from service.http.errors import ApiError
 from service.queries import bulk
 from service.queries import memories as q
 from service.queries.memories import Memory, Store
 from service.write import rules as writes
-from service.write.rules import MemoryIn, WriteContext, Written
+from service.write.rules import MemoryIn, NewMemory, WriteContext, Written
 
 
 @dataclass
@@ -35,8 +34,7 @@ class Item:
 
     index: int
     label: str
-    item: MemoryIn
-    columns: dict[str, Any]
+    new: NewMemory | None = None  # None: its values are refused (``error``)
     store: Store | None = None
     error: ApiError | None = None
 
@@ -46,8 +44,18 @@ class Item:
         return error
 
     @property
+    def columns(self) -> dict[str, Any]:
+        return {} if self.new is None else self.new.columns
+
+    @property
     def provider(self) -> str:
-        return str(self.columns.get("provider", "mneme"))
+        assert self.new is not None
+        return self.new.provider
+
+    @property
+    def scope(self) -> str:
+        assert self.new is not None
+        return self.new.scope
 
 
 async def write_many(
@@ -92,7 +100,7 @@ async def write_many(
             results[c.index] = await writes.upsert(conn, ctx, memory, c.columns)
     found = await bulk.duplicates(conn, ctx.workspace_id, [
         bulk.Dedupe(c.index, _store(c).id, c.columns["content_sha256"],
-                    c.columns.get("scope", "workspace"), c.columns.get("speaker"),
+                    c.scope, c.columns.get("speaker"),
                     c.columns["text"])
         for c in plain
     ])  # fmt: skip
@@ -112,15 +120,12 @@ async def _check(
 ) -> Item:
     """What can be checked before any write: values, store, scope. A refusal is kept, not
     raised, so that the first refused item can be found after the speakers are checked."""
-    checked = Item(index, label, item, {})
+    checked = Item(index, label)
     try:
-        checked.columns = writes.columns_of_new(item)
-        store_ref = item.store if item.store is not UNSET else "default"
-        checked.store = await writes.store_of(conn, ctx, store_ref)
-        if "scope" in checked.columns:
-            writes.check_writable_scope(ctx.principal, checked.columns["scope"])
-        if "provider_ref" not in checked.columns and "text" not in checked.columns:
-            raise writes.text_required()
+        checked.new = writes.new_memory(item)
+        checked.store = await writes.store_of(conn, ctx, checked.new.store_ref)
+        if (refused := checked.new.refusal(ctx.principal)) is not None:
+            raise refused
     except ApiError as exc:
         checked.error = exc
     return checked
@@ -133,7 +138,7 @@ def _independent(checked: list[Item]) -> bool:
     for c in checked:
         if c.error is not None:
             continue  # the batch is refused: which item decides is worked out in order
-        if c.item.supersedes not in (UNSET, None) or "path" in c.columns:
+        if c.new is None or c.new.supersedes is not None or "path" in c.columns:
             return False
         store = _store(c).id
         if "provider_ref" in c.columns:

@@ -28,6 +28,12 @@ from service.queries.memories import Memory, Store
 from service.write import fields as v
 
 MAX_BATCH = 500
+# What a new memory takes when a write omits it: the store every workspace has
+# (queries/tenancy.py) and the schema's column defaults (0001_schema.sql), which
+# tests/test_write_rules.py holds these to.
+DEFAULT_STORE = "default"
+DEFAULT_PROVIDER = "mneme"
+DEFAULT_SCOPE = "workspace"
 # Text, path, metadata and status changes are what the audit trail records.
 VERSIONED = ("text", "path", "metadata", "status")
 
@@ -101,6 +107,51 @@ class WriteContext:
     @property
     def workspace_id(self) -> str:
         return self.principal.workspace_id
+
+
+@dataclass
+class NewMemory:
+    """A memory to write (create, dedupe or upsert), its values checked: the first step
+    of every write path (``write``, ``lock_batch``, ``service.write.bulk``,
+    ``service.write.single``), so each follows the same rules in the same order."""
+
+    columns: dict[str, Any]
+    store_ref: str
+    supersedes: str | None
+
+    @property
+    def provider(self) -> str:
+        return str(self.columns.get("provider", DEFAULT_PROVIDER))
+
+    @property
+    def scope(self) -> str:
+        return str(self.columns.get("scope", DEFAULT_SCOPE))
+
+    def storable(self) -> bool:
+        """Whether the strings looked up in SQL (store, speaker, provider, providerRef)
+        can be sent as text; one that cannot is refused by the item-by-item path."""
+        looked_up = ("speaker", "provider", "provider_ref")
+        strings = [self.store_ref, *(self.columns.get(c) or "" for c in looked_up)]
+        return all(string_problem(s) is None for s in strings)
+
+    def refusal(self, principal: Principal) -> ApiError | None:
+        """Why this caller may not write it, once its store is found: a scope its key
+        cannot read, or no text where it is not a sync write (which may be an upsert)."""
+        if "scope" in self.columns:
+            try:
+                check_writable_scope(principal, self.scope)
+            except ApiError as exc:
+                return exc
+        if "provider_ref" not in self.columns and "text" not in self.columns:
+            return text_required()
+        return None
+
+
+def new_memory(item: MemoryIn) -> NewMemory:
+    """The checked values of a memory to write: 400 for the first that is wrong."""
+    supersedes = item.supersedes if isinstance(item.supersedes, str) else None
+    store_ref = item.store if item.store is not UNSET else DEFAULT_STORE
+    return NewMemory(columns_of_new(item), store_ref, supersedes)
 
 
 def decode_items(raw: bytes) -> tuple[list[MemoryIn], bool]:
@@ -311,20 +362,22 @@ async def lock_batch(conn: asyncpg.Connection, ctx: WriteContext, items: list[Me
     cannot be worked out (bad text, unknown store) takes none: it fails in its turn."""
     identities = []
     for item in items:
-        store_ref = item.store if item.store is not UNSET else "default"
-        provider = item.provider if isinstance(item.provider, str) else "mneme"
-        ref = item.provider_ref if isinstance(item.provider_ref, str) else None
-        if any(string_problem(s) is not None for s in (store_ref, provider, ref or "")):
-            continue  # they are looked up or locked in SQL: the item fails in its turn
         try:
-            store = await store_of(conn, ctx, store_ref)
-            sha = v.sha256_hex(v.check_text(item.text)) if isinstance(item.text, str) else None
+            new = new_memory(item)
+            if not new.storable():
+                continue  # they are looked up or locked in SQL: the item fails in its turn
+            store = await store_of(conn, ctx, new.store_ref)
         except ApiError:
             continue
-        path = item.path if isinstance(item.path, str) else None
-        if (identity := identity_of(ctx, store.id, provider, ref, path, sha)) is not None:
+        if (identity := _identity(ctx, store, new)) is not None:
             identities.append(identity)
     await q.lock_identities(conn, identities)
+
+
+def _identity(ctx: WriteContext, store: Store, new: NewMemory) -> q.Identity | None:
+    columns = new.columns
+    return identity_of(ctx, store.id, new.provider, columns.get("provider_ref"),
+                       columns.get("path"), columns.get("content_sha256"))  # fmt: skip
 
 
 async def write(
@@ -340,60 +393,58 @@ async def write(
 
 
 async def _write(conn: asyncpg.Connection, ctx: WriteContext, item: MemoryIn) -> Written:
-    columns = columns_of_new(item)
-    store = await store_of(conn, ctx, item.store if item.store is not UNSET else "default")
-    if "scope" in columns:
-        check_writable_scope(ctx.principal, columns["scope"])
-    if columns.get("speaker") is not None:
-        await check_speaker(conn, ctx, store, columns["speaker"])
+    new = new_memory(item)
+    store = await store_of(conn, ctx, new.store_ref)
+    if (refused := new.refusal(ctx.principal)) is not None:
+        raise refused
+    if new.columns.get("speaker") is not None:
+        await check_speaker(conn, ctx, store, new.columns["speaker"])
     superseded: Memory | None = None
-    if item.supersedes not in (UNSET, None):
-        assert isinstance(item.supersedes, str)
-        superseded = await q.get_readable(conn, ctx.principal, item.supersedes, for_update=True)
+    if new.supersedes is not None:
+        superseded = await q.get_readable(conn, ctx.principal, new.supersedes, for_update=True)
         if superseded is None:
-            raise not_found(f"Memory {item.supersedes!r} (supersedes) not found")
-
-    provider = columns.get("provider", "mneme")
-    identity = identity_of(ctx, store.id, provider, columns.get("provider_ref"),
-                           columns.get("path"), columns.get("content_sha256"))  # fmt: skip
-    if identity is not None:
+            raise not_found(f"Memory {new.supersedes!r} (supersedes) not found")
+    if (identity := _identity(ctx, store, new)) is not None:
         await q.lock_identities(conn, [identity])
-    result: Written
-    if "provider_ref" in columns:
-        held = await q.by_provider_ref(
-            conn, ctx.principal, store.id, provider, columns["provider_ref"]
-        )
-        if held is None:
-            result = await _create(conn, ctx, store, columns)
-        elif held.memory is None:
-            raise held_elsewhere(columns, provider, store)
-        else:
-            result = await upsert(conn, ctx, held.memory, columns)
-    elif "path" in columns:
-        result = await _create(conn, ctx, store, columns)
+    if "provider_ref" in new.columns:
+        result = await _write_synced(conn, ctx, store, new)
+    elif "path" in new.columns:
+        result = await _create(conn, ctx, store, new.columns)
     else:
-        if "text" not in columns:
-            raise text_required()
-        scope = columns.get("scope", "workspace")
-        speaker = columns.get("speaker")
-        duplicate = await q.find_duplicate(
-            conn,
-            ctx.workspace_id,
-            store.id,
-            columns["content_sha256"],
-            scope,
-            speaker,
-            columns["text"],
-        )
-        if duplicate is not None:
-            bumped = await q.bump_proof(conn, ctx.workspace_id, duplicate.id)
-            result = Written(bumped, deduplicated=True)
-        else:
-            result = await _create(conn, ctx, store, columns)
-
+        result = await _write_plain(conn, ctx, store, new)
     if superseded is not None and superseded.id != result.memory.id:
         await q.set_superseded(conn, ctx.workspace_id, superseded.id, result.memory.id)
     return result
+
+
+async def _write_synced(
+    conn: asyncpg.Connection, ctx: WriteContext, store: Store, new: NewMemory
+) -> Written:
+    """A write with a sync identity: an upsert of the memory holding it, or a new one."""
+    columns = new.columns
+    holder = await q.by_provider_ref(
+        conn, ctx.principal, store.id, new.provider, columns["provider_ref"]
+    )
+    if holder is None:
+        return await _create(conn, ctx, store, columns)
+    if holder.memory is None:
+        raise held_elsewhere(columns, new.provider, store)
+    return await upsert(conn, ctx, holder.memory, columns)
+
+
+async def _write_plain(
+    conn: asyncpg.Connection, ctx: WriteContext, store: Store, new: NewMemory
+) -> Written:
+    """A write without identity or path: one more proof for a duplicate, or a new one."""
+    columns = new.columns
+    duplicate = await q.find_duplicate(
+        conn, ctx.workspace_id, store.id, columns["content_sha256"], new.scope,
+        columns.get("speaker"), columns["text"],
+    )  # fmt: skip
+    if duplicate is None:
+        return await _create(conn, ctx, store, columns)
+    bumped = await q.bump_proof(conn, ctx.workspace_id, duplicate.id)
+    return Written(bumped, deduplicated=True)
 
 
 async def _create(

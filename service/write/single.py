@@ -21,13 +21,8 @@ scope the key cannot write into, no text) is left to the general path untouched.
 
 from __future__ import annotations
 
-from typing import Any
-
 import asyncpg
-from msgspec import UNSET
 
-from service.http.errors import ApiError
-from service.http.inputs import string_problem
 from service.queries import single as q
 from service.write import rules as writes
 from service.write.rules import MemoryIn, WriteContext, Written
@@ -36,14 +31,14 @@ from service.write.rules import MemoryIn, WriteContext, Written
 async def create(conn: asyncpg.Connection, ctx: WriteContext, item: MemoryIn) -> Written | None:
     """Write ``item`` (a connection outside any transaction), or ``None``: nothing was
     written, and the general path is to write it."""
-    columns = writes.columns_of_new(item)
-    store = item.store if item.store is not UNSET else "default"
+    new = writes.new_memory(item)
+    columns, store = new.columns, new.store_ref
     if (
         "text" not in columns
         or "path" in columns
-        or item.supersedes not in (UNSET, None)
-        or any(string_problem(s) is not None for s in _looked_up(store, columns))
-        or not _may_write(ctx, columns.get("scope", "workspace"))
+        or new.supersedes is not None
+        or not new.storable()
+        or new.refusal(ctx.principal) is not None
     ):
         return None
     writes.creation_defaults(ctx, columns)
@@ -71,17 +66,3 @@ async def create(conn: asyncpg.Connection, ctx: WriteContext, item: MemoryIn) ->
             raise writes.unregistered_speaker(store_id, store_name, speaker)
         memory, created = await q.create_plain(conn, ctx.workspace_id, actor, store_id, columns)
     return Written(memory, created=created, deduplicated=not created)
-
-
-def _looked_up(store: str, columns: dict[str, Any]) -> list[str]:
-    """The strings the statements compare in SQL (one that cannot be text is refused by
-    the general path)."""
-    return [store, *(columns.get(c) or "" for c in ("speaker", "provider", "provider_ref"))]
-
-
-def _may_write(ctx: WriteContext, scope: str) -> bool:
-    try:
-        writes.check_writable_scope(ctx.principal, scope)
-    except ApiError:
-        return False
-    return True
