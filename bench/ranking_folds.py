@@ -25,8 +25,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from service.app import load_embedder
 from service.ops import db
+from service.ops.model import load_embedder
 from service.queries import keys
 from service.queries import search as sq
 from service.queries.search import Candidate

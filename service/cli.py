@@ -25,10 +25,11 @@ import asyncpg
 
 from embeddings import Embedder
 from embeddings.worker import Worker, queue_state, requeue
-from service.app import worker_config, worker_listen
 from service.http.outage import Outage
 from service.ids import is_name
-from service.ops import db, migrations
+from service.ops import db, logs, migrations
+from service.ops.bootstrap import print_first_key
+from service.ops.model import load_embedder, worker_config, worker_listen
 from service.queries import keys, tenancy
 from service.queries import memories as q
 from service.settings import TIERS, Settings, SettingsError
@@ -66,10 +67,10 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> None:
     """What a person reads goes to stdout (starting, ready, the first key), the JSON logs to
     stderr. The first key is held until the service is ready, so that it comes last, in a
     box, rather than among the start-up logs of the database and the model."""
+    # Imported here, not at the top: the app (aiohttp, the MCP SDK) takes about a second
+    # to import, which the administration commands need not pay.
     from service.app import create_app
     from service.http import server
-    from service.ops import logs
-    from service.ops.bootstrap import print_first_key
 
     logs.configure(settings.log_level)
     logs.quiet_model_libraries()
@@ -229,17 +230,12 @@ async def cmd_rooms(settings: Settings, args: argparse.Namespace) -> None:
 
 
 def _embedder(settings: Settings) -> Embedder:
-    from service.app import load_embedder
-    from service.ops import logs
-
     print("loading the embedding model…", file=sys.stderr)
     logs.quiet_model_libraries()
     return load_embedder(settings)
 
 
 async def cmd_worker(settings: Settings, args: argparse.Namespace) -> None:
-    from service.ops import logs
-
     logs.configure(settings.log_level)
     # The database first: a missing one is found before the model's seconds of loading.
     async with db.connect(settings, pool_max=3, wait=True) as pool:

@@ -197,7 +197,7 @@ async def test_the_janitor_runs_on_one_replica_at_a_time(
 ) -> None:
     """Two replicas on one database: one holds the janitor's lease (a row, so it holds
     through a transaction pooler), the other's passes do nothing until it runs out."""
-    from service import app as mneme_app
+    from service.ops import jobs
     from service.queries import leases
 
     quiet = settings.with_overrides(retention_interval_s=3600.0)  # one pass each, at start
@@ -221,19 +221,19 @@ async def test_the_janitor_runs_on_one_replica_at_a_time(
     await spent_window()
     # Not the holder: nothing done.
     for app in (first.app, second.app):
-        assert not await mneme_app.janitor_pass(app, "another:1", retention=True)
+        assert not await jobs.janitor_pass(app, "another:1", retention=True)
     assert await spent_left()
     # The lease runs out (its holder stopped): the next replica to try takes it over.
     await conn.execute("UPDATE leases SET until = now() - interval '1 second'")
-    assert await mneme_app.janitor_pass(second.app, "another:1", retention=True)
+    assert await jobs.janitor_pass(second.app, "another:1", retention=True)
     assert not await spent_left()
     assert await conn.fetchval("SELECT holder FROM leases") == "another:1"
     # The new holder renews it; the old one is refused.
     await spent_window()
-    assert not await mneme_app.janitor_pass(first.app, holder, retention=False)
+    assert not await jobs.janitor_pass(first.app, holder, retention=False)
     assert await spent_left()
-    assert await mneme_app.janitor_pass(second.app, "another:1", retention=False)
+    assert await jobs.janitor_pass(second.app, "another:1", retention=False)
     assert not await spent_left()
     # Given up (a replica shutting down does), it is free at once.
-    await leases.release(conn, mneme_app.JANITOR_LEASE, "another:1")
-    assert await mneme_app.janitor_pass(first.app, holder, retention=False)
+    await leases.release(conn, jobs.JANITOR_LEASE, "another:1")
+    assert await jobs.janitor_pass(first.app, holder, retention=False)

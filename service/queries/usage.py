@@ -26,7 +26,7 @@ class Meter:
 
     Sixteen concurrent searches of one workspace would otherwise queue on the same
     ``usage_daily`` row, each with its own commit; the service flushes every
-    ``service.app.FLUSH_S`` seconds, before answering ``GET /api/v1/usage`` and when it
+    ``service.ops.jobs.FLUSH_S`` seconds, before answering ``GET /api/v1/usage`` and when it
     stops.
     """
 
