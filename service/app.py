@@ -42,6 +42,7 @@ from service.faces import mcp
 from service.http.inputs import input_middleware
 from service.http.middleware import access_middleware, context_middleware
 from service.http.outage import Outage
+from service.http.route import Route
 from service.http.server import standard_headers
 from service.ops import db, jobs
 from service.ops.bootstrap import bootstrap, print_first_key
@@ -50,7 +51,7 @@ from service.ops.model import embedding_worker, model_lifetime
 from service.queries import usage
 from service.queries.search import Toucher
 from service.retrieval.snapshots import Snapshots
-from service.routes import ROUTES, Route
+from service.routes import ROUTES
 from service.settings import Settings
 
 log = logging.getLogger("mneme.app")

@@ -7,7 +7,6 @@ import asyncio
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import asyncpg
 from aiohttp import web
@@ -16,14 +15,12 @@ from embeddings import Embedder
 from embeddings.batcher import QueryEncoder
 from embeddings.worker import QueueProbe
 from service.http.outage import Outage
+from service.http.route import Route
+from service.ops.metrics import Metrics
 from service.queries.search import Toucher
 from service.queries.usage import Meter
 from service.retrieval.snapshots import Snapshots
 from service.settings import Settings
-
-if TYPE_CHECKING:
-    from service.ops.metrics import Metrics
-    from service.routes import Route
 
 
 @dataclass

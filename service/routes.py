@@ -7,32 +7,8 @@ document to the same set of operations.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-
-from aiohttp import web
-
 from service.faces import activity, admin, browse, mcp, memories, ops, search, speakers, stores
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-Prefetch = Callable[[web.Request], Awaitable[None]]
-
-READ, WRITE, ADMIN = "memory:read", "memory:write", "admin"
-
-
-@dataclass(frozen=True)
-class Route:
-    method: str
-    path: str
-    handler: Handler
-    scope: str | None
-    # Seed 003 wants error bodies with exactly "type" and "message": no extra fields.
-    plain_errors: bool = False
-    # Work to start while the key is checked (search: encode the query), for keys that
-    # authenticated here lately (service.app_keys.RecentKeys). It must change nothing and
-    # may fail silently: the handler runs, or not, as without it.
-    prefetch: Prefetch | None = None
-
+from service.http.route import ADMIN, READ, WRITE, Route
 
 ROUTES: list[Route] = [
     # Operations

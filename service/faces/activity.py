@@ -5,10 +5,10 @@ from __future__ import annotations
 from aiohttp import web
 
 from service.app_keys import POOL
-from service.http.days import day_range
 from service.http.errors import bad_request
 from service.http.json import json_response
 from service.http.middleware import principal_of
+from service.http.times import day_range
 from service.queries import activity
 
 MAX_DAYS = 366

@@ -1,4 +1,4 @@
-"""JSON in and out: msgspec encoding, request-body decoding, timestamp format.
+"""JSON out: msgspec encoding and the timestamp format.
 
 Timestamps leave the service as ISO 8601 UTC with milliseconds and ``Z``
 (``2026-08-14T10:00:00.000Z``) on every face.
@@ -46,37 +46,3 @@ def json_response(
         content_type="application/json",
         headers=headers,
     )
-
-
-_MICROSECOND = timedelta(microseconds=1)
-
-
-def parse_time(value: str, field: str) -> datetime:
-    """RFC 3339 / ISO 8601: a date-time (no offset means UTC) or a date (midnight UTC).
-
-    Returned in UTC, which must lie within the years 1 to 9999: an offset that moves a
-    time past either end (``9999-12-31T23:00:00-05:00``) is refused, not wrapped. The
-    very first and last instants (``0001-01-01``, ``9999-12-31T23:59:59.999999Z``) come
-    back one microsecond inside: asyncpg would store them as -infinity and infinity, and
-    times leave the service with milliseconds, so the shift never shows.
-    """
-    from service.http.errors import bad_request
-
-    text = value.strip()
-    try:
-        ts = datetime.fromisoformat(text)
-    except ValueError:
-        raise bad_request(
-            f"{field} must be an ISO 8601 timestamp such as 2026-08-14T10:00:00Z", param=field
-        ) from None
-    try:
-        ts = ts.replace(tzinfo=UTC) if ts.tzinfo is None else utc(ts)
-    except (OverflowError, ValueError):
-        raise bad_request(
-            f"{field} must lie within the years 1 to 9999 in UTC", param=field
-        ) from None
-    if ts.replace(tzinfo=None) == datetime.min:
-        return ts + _MICROSECOND
-    if ts.replace(tzinfo=None) == datetime.max:
-        return ts - _MICROSECOND
-    return ts

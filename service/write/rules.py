@@ -21,7 +21,7 @@ from msgspec import UNSET, UnsetType
 
 from service.http.errors import ApiError, bad_request, conflict, forbidden, not_found
 from service.http.inputs import check_strings, decode_json, string_problem
-from service.http.json import parse_time
+from service.http.times import parse_time
 from service.queries import memories as q
 from service.queries.keys import Principal
 from service.queries.memories import Memory, Store

@@ -13,7 +13,7 @@ from typing import Any
 from service.faces.search.models import MemoryModel
 from service.http.errors import bad_request, forbidden
 from service.http.inputs import decode_json
-from service.http.json import parse_time
+from service.http.times import parse_time
 from service.queries.search import SearchFilters
 from service.write.fields import is_blank, whole_number
 
