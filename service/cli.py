@@ -354,7 +354,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"mneme {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_data_commands(sub)
+    _add_workspace_commands(sub)
+    _add_key_commands(sub)
+    _add_member_commands(sub)
+    return parser
 
+
+Subparsers = argparse._SubParsersAction  # argparse's own name for what add_subparsers makes
+
+
+def _with_workspace(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument("--workspace", default="default", help="workspace name (default: default)")
+    return parser
+
+
+def _add_data_commands(sub: Subparsers[argparse.ArgumentParser]) -> None:
+    """serve, worker, reembed, import, export, migrate."""
     sub.add_parser("serve", help="run the HTTP service (and, by default, the embedding worker)")
 
     p = sub.add_parser("worker", help="run an embedding worker (any number may run)")
@@ -366,7 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("import", help="import memories from a JSONL file into a store")
     p.add_argument("file")
     p.add_argument("--store", default="default", help="store id or name (default: default)")
-    p.add_argument("--workspace", default="default", help="workspace name (default: default)")
+    _with_workspace(p)
     p.add_argument(
         "--create-speakers",
         action="store_true",
@@ -375,13 +391,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("export", help="export a store's memories as JSONL")
     p.add_argument("--store", default="default", help="store id or name (default: default)")
-    p.add_argument("--workspace", default="default", help="workspace name (default: default)")
+    _with_workspace(p)
     p.add_argument("--output", "-o", help="file to write (default: stdout)")
     p.add_argument("--include-deleted", action="store_true", help="include deleted tombstones")
 
     p = sub.add_parser("migrate", help="apply pending database migrations")
     p.add_argument("--status", action="store_true", help="list migrations and their state")
 
+
+def _add_workspace_commands(sub: Subparsers[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("workspaces", help="manage workspaces")
     wsub = p.add_subparsers(dest="action", required=True)
     c = wsub.add_parser("create", help="create a workspace; prints its service key")
@@ -392,13 +410,33 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("name")
     c.add_argument("tier", choices=TIERS)
 
-    def with_workspace(q: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        q.add_argument("--workspace", default="default", help="workspace name (default: default)")
-        return q
 
+def _add_member_commands(sub: Subparsers[argparse.ArgumentParser]) -> None:
+    """members, rooms."""
+    p = sub.add_parser("members", help="manage members")
+    msub = p.add_subparsers(dest="action", required=True)
+    c = _with_workspace(msub.add_parser("create", help="register a member"))
+    c.add_argument("id")
+    c.add_argument("--kind", choices=("human", "agent"), required=True)
+    c.add_argument("--name")
+    _with_workspace(msub.add_parser("list", help="list members"))
+
+    p = sub.add_parser("rooms", help="manage rooms")
+    rsub = p.add_subparsers(dest="action", required=True)
+    c = _with_workspace(rsub.add_parser("create", help="create a room"))
+    c.add_argument("id")
+    c.add_argument("--members", default="", help="comma-separated member ids")
+    _with_workspace(rsub.add_parser("list", help="list rooms"))
+    for action in ("add", "remove"):
+        c = _with_workspace(rsub.add_parser(action, help=f"{action} a room member"))
+        c.add_argument("room")
+        c.add_argument("member")
+
+
+def _add_key_commands(sub: Subparsers[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("keys", help="manage API keys")
     ksub = p.add_subparsers(dest="action", required=True)
-    c = with_workspace(ksub.add_parser("create", help="create a key; prints only the secret"))
+    c = _with_workspace(ksub.add_parser("create", help="create a key; prints only the secret"))
     c.add_argument("--kind", choices=keys.KINDS, default="service")
     c.add_argument(
         "--scopes",
@@ -407,29 +445,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--member", help="member a personal key acts for")
     c.add_argument("--name", help="a label for the key")
-    with_workspace(ksub.add_parser("list", help="list keys (never their secrets)"))
-    c = with_workspace(ksub.add_parser("revoke", help="revoke a key"))
+    _with_workspace(ksub.add_parser("list", help="list keys (never their secrets)"))
+    c = _with_workspace(ksub.add_parser("revoke", help="revoke a key"))
     c.add_argument("key_id")
-
-    p = sub.add_parser("members", help="manage members")
-    msub = p.add_subparsers(dest="action", required=True)
-    c = with_workspace(msub.add_parser("create", help="register a member"))
-    c.add_argument("id")
-    c.add_argument("--kind", choices=("human", "agent"), required=True)
-    c.add_argument("--name")
-    with_workspace(msub.add_parser("list", help="list members"))
-
-    p = sub.add_parser("rooms", help="manage rooms")
-    rsub = p.add_subparsers(dest="action", required=True)
-    c = with_workspace(rsub.add_parser("create", help="create a room"))
-    c.add_argument("id")
-    c.add_argument("--members", default="", help="comma-separated member ids")
-    with_workspace(rsub.add_parser("list", help="list rooms"))
-    for action in ("add", "remove"):
-        c = with_workspace(rsub.add_parser(action, help=f"{action} a room member"))
-        c.add_argument("room")
-        c.add_argument("member")
-    return parser
 
 
 ASYNC_COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], Coroutine[Any, Any, None]]] = {

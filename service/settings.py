@@ -8,7 +8,7 @@ variable, not later inside a request.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -68,6 +68,85 @@ def parse_origins(raw: str) -> tuple[str, ...]:
                 f"MNEME_MCP_ALLOWED_ORIGINS: {origin!r} is not an origin like https://app.example.com"
             )
     return origins
+
+
+Parse = Callable[[str, str], object]  # (variable name, its value) -> the setting
+
+
+def _text(name: str, raw: str) -> str:
+    return raw
+
+
+def _path(name: str, raw: str) -> Path:
+    return Path(raw)
+
+
+def _integer(lo: int, hi: int, scale: float = 1, kind: type[int] | type[float] = int) -> Parse:
+    """A whole number in [lo, hi], times ``scale`` (hours to seconds, MiB to bytes)."""
+    return lambda name, raw: kind(_parse_int(name, raw, lo, hi) * scale)
+
+
+def _pooler(name: str, raw: str) -> str:
+    if raw not in ("session", "transaction"):
+        raise SettingsError(f"{name} must be 'session' or 'transaction', got {raw!r}")
+    return raw
+
+
+def _bootstrap_key(name: str, raw: str) -> str:
+    if len(raw) < 16:
+        raise SettingsError(f"{name} must be at least 16 characters long")
+    return raw
+
+
+def _backend(name: str, raw: str) -> str:
+    if raw not in BACKENDS:
+        raise SettingsError(f"{name} must be one of {', '.join(BACKENDS)}, got {raw!r}")
+    return raw
+
+
+def _log_level(name: str, raw: str) -> str:
+    level = raw.upper()
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+        raise SettingsError(f"{name} must be DEBUG, INFO, WARNING or ERROR, got {level!r}")
+    return level
+
+
+# Every variable: its name, the Settings field it sets, and how its value is read. An
+# unset or empty variable leaves the field's default.
+VARIABLES: tuple[tuple[str, str, Parse], ...] = (
+    ("MNEME_DATABASE_URL", "database_url", _text),
+    ("MNEME_READ_DATABASE_URL", "read_database_url", _text),
+    ("MNEME_DATABASE_POOLER", "database_pooler", _pooler),
+    ("MNEME_DIRECT_DATABASE_URL", "direct_database_url", _text),
+    ("MNEME_DATA_DIR", "data_dir", _path),
+    ("MNEME_HOST", "host", _text),
+    ("MNEME_PORT", "port", _integer(0, 65535)),
+    ("MNEME_BOOTSTRAP_KEY", "bootstrap_key", _bootstrap_key),
+    ("MNEME_EMBEDDING_MODEL", "embedding_model", _text),
+    ("MNEME_EMBEDDING_DEVICE", "embedding_device", _text),
+    ("MNEME_EMBEDDING_BACKEND", "embedding_backend", _backend),
+    ("MNEME_QUERY_INT8", "query_int8", _parse_bool),
+    ("MNEME_ONNX_DIR", "onnx_dir", _path),
+    ("MNEME_EMBED_BATCH_SIZE", "embed_batch_size", _integer(1, 4096)),
+    ("MNEME_EMBED_CLAIM_SIZE", "embed_claim_size", _integer(1, 100_000)),
+    ("MNEME_EMBED_LEASE_SECONDS", "embed_lease_s", _integer(1, 86400, kind=float)),
+    ("MNEME_EMBED_POLL_SECONDS", "embed_poll_s", _integer(1, 3600, kind=float)),
+    ("MNEME_EMBED_MAX_ATTEMPTS", "embed_max_attempts", _integer(1, 100)),
+    ("MNEME_RETENTION_INTERVAL_SECONDS", "retention_interval_s", _integer(1, 86400, kind=float)),
+    ("MNEME_STORE_INDEX_MIN", "store_index_min", _integer(0, 1_000_000_000)),
+    ("MNEME_SEARCH_SNAPSHOT_MB", "snapshot_bytes", _integer(0, 1_048_576, scale=1024 * 1024)),
+    ("MNEME_TRANSITORY_IDLE_HOURS", "transitory_idle_s", _integer(1, 87600, 3600.0, float)),
+    ("MNEME_WORKER", "worker", _parse_bool),
+    ("MNEME_RATE_LIMITS", "rate_limits", lambda name, raw: parse_rate_limits(raw)),
+    ("MNEME_POOL_MIN", "pool_min", _integer(1, 1000)),
+    ("MNEME_POOL_MAX", "pool_max", _integer(1, 1000)),
+    ("MNEME_LOG_LEVEL", "log_level", _log_level),
+    ("MNEME_SHUTDOWN_TIMEOUT", "shutdown_timeout", _integer(0, 3600, kind=float)),
+    ("MNEME_MCP_ALLOWED_ORIGINS", "mcp_allowed_origins", lambda name, raw: parse_origins(raw)),
+    ("MNEME_DATABASE_WAIT", "database_wait_s", _integer(0, 3600, kind=float)),
+    ("MNEME_HEADER_TIMEOUT", "header_timeout", _integer(1, 3600, kind=float)),
+    ("MNEME_BODY_TIMEOUT", "body_timeout", _integer(1, 3600, kind=float)),
+)
 
 
 @dataclass(frozen=True)
@@ -153,93 +232,8 @@ class Settings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
-
-        def get(name: str) -> str | None:
-            value = env.get(name)
-            return value if value not in (None, "") else None
-
-        kwargs: dict[str, object] = {}
-        if (url := get("MNEME_DATABASE_URL")) is not None:
-            kwargs["database_url"] = url
-        if (read_url := get("MNEME_READ_DATABASE_URL")) is not None:
-            kwargs["read_database_url"] = read_url
-        if (pooler := get("MNEME_DATABASE_POOLER")) is not None:
-            if pooler not in ("session", "transaction"):
-                raise SettingsError(
-                    f"MNEME_DATABASE_POOLER must be 'session' or 'transaction', got {pooler!r}"
-                )
-            kwargs["database_pooler"] = pooler
-        if (direct := get("MNEME_DIRECT_DATABASE_URL")) is not None:
-            kwargs["direct_database_url"] = direct
-        if (data_dir := get("MNEME_DATA_DIR")) is not None:
-            kwargs["data_dir"] = Path(data_dir)
-        if (host := get("MNEME_HOST")) is not None:
-            kwargs["host"] = host
-        if (port := get("MNEME_PORT")) is not None:
-            kwargs["port"] = _parse_int("MNEME_PORT", port, 0, 65535)
-        if (key := get("MNEME_BOOTSTRAP_KEY")) is not None:
-            if len(key) < 16:
-                raise SettingsError("MNEME_BOOTSTRAP_KEY must be at least 16 characters long")
-            kwargs["bootstrap_key"] = key
-        if (model := get("MNEME_EMBEDDING_MODEL")) is not None:
-            kwargs["embedding_model"] = model
-        if (device := get("MNEME_EMBEDDING_DEVICE")) is not None:
-            kwargs["embedding_device"] = device
-        if (backend := get("MNEME_EMBEDDING_BACKEND")) is not None:
-            if backend not in BACKENDS:
-                raise SettingsError(
-                    f"MNEME_EMBEDDING_BACKEND must be one of {', '.join(BACKENDS)}, got {backend!r}"
-                )
-            kwargs["embedding_backend"] = backend
-        if (query_int8 := get("MNEME_QUERY_INT8")) is not None:
-            kwargs["query_int8"] = _parse_bool("MNEME_QUERY_INT8", query_int8)
-        if (onnx_dir := get("MNEME_ONNX_DIR")) is not None:
-            kwargs["onnx_dir"] = Path(onnx_dir)
-        integers: tuple[tuple[str, str, int, int, type[int] | type[float]], ...] = (
-            ("MNEME_EMBED_BATCH_SIZE", "embed_batch_size", 1, 4096, int),
-            ("MNEME_EMBED_CLAIM_SIZE", "embed_claim_size", 1, 100_000, int),
-            ("MNEME_EMBED_LEASE_SECONDS", "embed_lease_s", 1, 86400, float),
-            ("MNEME_EMBED_POLL_SECONDS", "embed_poll_s", 1, 3600, float),
-            ("MNEME_EMBED_MAX_ATTEMPTS", "embed_max_attempts", 1, 100, int),
-            ("MNEME_RETENTION_INTERVAL_SECONDS", "retention_interval_s", 1, 86400, float),
-            ("MNEME_STORE_INDEX_MIN", "store_index_min", 0, 1_000_000_000, int),
-        )
-        for name, attr, lo, hi, kind in integers:
-            if (raw := get(name)) is not None:
-                kwargs[attr] = kind(_parse_int(name, raw, lo, hi))
-        if (snapshot_mb := get("MNEME_SEARCH_SNAPSHOT_MB")) is not None:
-            mib = _parse_int("MNEME_SEARCH_SNAPSHOT_MB", snapshot_mb, 0, 1_048_576)
-            kwargs["snapshot_bytes"] = mib * 1024 * 1024
-        if (idle := get("MNEME_TRANSITORY_IDLE_HOURS")) is not None:
-            hours = _parse_int("MNEME_TRANSITORY_IDLE_HOURS", idle, 1, 87600)
-            kwargs["transitory_idle_s"] = hours * 3600.0
-        if (worker := get("MNEME_WORKER")) is not None:
-            kwargs["worker"] = _parse_bool("MNEME_WORKER", worker)
-        if (limits := get("MNEME_RATE_LIMITS")) is not None:
-            kwargs["rate_limits"] = parse_rate_limits(limits)
-        if (pool_min := get("MNEME_POOL_MIN")) is not None:
-            kwargs["pool_min"] = _parse_int("MNEME_POOL_MIN", pool_min, 1, 1000)
-        if (pool_max := get("MNEME_POOL_MAX")) is not None:
-            kwargs["pool_max"] = _parse_int("MNEME_POOL_MAX", pool_max, 1, 1000)
-        if (level := get("MNEME_LOG_LEVEL")) is not None:
-            level = level.upper()
-            if level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
-                raise SettingsError(
-                    f"MNEME_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR, got {level!r}"
-                )
-            kwargs["log_level"] = level
-        if (timeout := get("MNEME_SHUTDOWN_TIMEOUT")) is not None:
-            kwargs["shutdown_timeout"] = float(
-                _parse_int("MNEME_SHUTDOWN_TIMEOUT", timeout, 0, 3600)
-            )
-        if (origins := get("MNEME_MCP_ALLOWED_ORIGINS")) is not None:
-            kwargs["mcp_allowed_origins"] = parse_origins(origins)
-        if (wait := get("MNEME_DATABASE_WAIT")) is not None:
-            kwargs["database_wait_s"] = float(_parse_int("MNEME_DATABASE_WAIT", wait, 0, 3600))
-        for name, attr in (("MNEME_HEADER_TIMEOUT", "header_timeout"),
-                           ("MNEME_BODY_TIMEOUT", "body_timeout")):  # fmt: skip
-            if (raw := get(name)) is not None:
-                kwargs[attr] = float(_parse_int(name, raw, 1, 3600))
+        kwargs = {attr: parse(name, raw) for name, attr, parse in VARIABLES
+                  if (raw := env.get(name)) not in (None, "")}  # fmt: skip
         settings = cls(**kwargs)  # type: ignore[arg-type]
         if settings.pool_min > settings.pool_max:
             raise SettingsError("MNEME_POOL_MIN must not exceed MNEME_POOL_MAX")

@@ -1,7 +1,7 @@
 """Set-based batch writes (service.write.bulk) give what writing item by item gives.
 
 Each case writes one batch twice into two stores that start alike — once by
-``write_many`` (set-based when it can be), once item by item (``writes.write``, the
+``write_many`` (set-based when it can be), once item by item (``rules.write``, the
 path the single write has always taken) — and compares what each item answered and what
 each store then holds, memory ids aside.
 """
@@ -17,8 +17,7 @@ import pytest
 
 from service.http.errors import ApiError
 from service.queries import keys
-from service.write import bulk
-from service.write import rules as writes
+from service.write import bulk, rules
 from tests.helpers import ADMIN, BOOTSTRAP_KEY, Client
 
 TEXTS = ["Alice drinks oat milk.", "Bob moved to Lisbon.", "The cat is called Miso.",
@@ -47,21 +46,20 @@ async def new_store(client: Client, name: str) -> str:
 
 async def write(
     conn: asyncpg.Connection, store: str, batch: list[dict[str, Any]], *, set_based: bool
-) -> list[writes.Written] | str:
+) -> list[rules.Written] | str:
     """The batch's answers, or the error it was refused with (nothing is kept then)."""
     principal = await keys.authenticate(conn, BOOTSTRAP_KEY)
     assert principal is not None
-    items = [msgspec.convert({**i, "store": store}, writes.MemoryIn) for i in batch]
+    items = [msgspec.convert({**i, "store": store}, rules.MemoryIn) for i in batch]
     labels = [f"memories[{i}]" for i in range(len(items))]
-    ctx = writes.WriteContext(principal)
+    ctx = rules.WriteContext(principal)
     try:
         async with conn.transaction():
             if set_based:
                 return await bulk.write_many(conn, ctx, items, labels)
-            await writes.lock_batch(conn, ctx, items)
+            await rules.lock_batch(conn, ctx, items)
             return [
-                await writes.write(conn, ctx, i, label=n)
-                for i, n in zip(items, labels, strict=True)
+                await rules.write(conn, ctx, i, label=n) for i, n in zip(items, labels, strict=True)
             ]
     except ApiError as exc:
         return f"{exc.status} {exc.message}"
@@ -82,7 +80,7 @@ async def contents(conn: asyncpg.Connection, store: str) -> list[tuple[Any, ...]
 async def compare(
     client: Client, conn: asyncpg.Connection, name: str,
     before: list[dict[str, Any]], batch: list[dict[str, Any]],
-) -> list[writes.Written] | str:  # fmt: skip
+) -> list[rules.Written] | str:  # fmt: skip
     """Writes ``before`` then ``batch`` into two fresh stores, one each way; asserts the
     two agree and returns the set-based answers."""
     fast, slow = await new_store(client, f"{name}-a"), await new_store(client, f"{name}-b")

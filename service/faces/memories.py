@@ -17,14 +17,13 @@ from service.http.json import iso, json_response
 from service.http.middleware import principal_of
 from service.queries import idempotency
 from service.queries import memories as q
-from service.write import rules as writes
-from service.write import single
+from service.write import rules, single
 from service.write.bulk import write_many
 
 _encoder = msgspec.json.Encoder()
 
 
-def written_object(w: writes.Written) -> dict[str, Any]:
+def written_object(w: rules.Written) -> dict[str, Any]:
     return {**memory_object(w.memory), "deduplicated": w.deduplicated, "upserted": w.upserted}
 
 
@@ -34,9 +33,9 @@ async def create_memories(request: web.Request) -> web.Response:
     key = request.headers.get("Idempotency-Key")
     if key is not None and not (1 <= len(key) <= 255 and key.isascii() and key.isprintable()):
         raise bad_request("Idempotency-Key must be 1 to 255 printable ASCII characters")
-    ctx = writes.WriteContext(principal)
+    ctx = rules.WriteContext(principal)
     if key is None:
-        items, batch = writes.decode_items(raw)
+        items, batch = rules.decode_items(raw)
         # A single write plans once (service.ops.db.PLANNED_ONCE_SETTINGS); a batch's
         # set-based statements are planned for its size (generic plans took 20 % longer).
         pool = request.app[POOL if batch else PLANNED_ONCE_POOL]
@@ -66,19 +65,19 @@ async def create_memories(request: web.Request) -> web.Response:
                     content_type="application/json",
                     headers={"Idempotent-Replayed": "true"},
                 )
-            items, batch = writes.decode_items(raw)
+            items, batch = rules.decode_items(raw)
             results = await write_many(conn, ctx, items, _labels(items, batch))
             status, encoded = _rendered(results, batch)
             await idempotency.save(conn, principal, key, fingerprint, status, encoded)
     return web.Response(body=encoded, status=status, content_type="application/json")
 
 
-def _labels(items: list[writes.MemoryIn], batch: bool) -> list[str]:
+def _labels(items: list[rules.MemoryIn], batch: bool) -> list[str]:
     """What prefixes each item's error message: its place in a batch."""
     return [f"memories[{i}]" if batch else "" for i in range(len(items))]
 
 
-def _rendered(results: list[writes.Written], batch: bool) -> tuple[int, bytes]:
+def _rendered(results: list[rules.Written], batch: bool) -> tuple[int, bytes]:
     if batch:
         return 200, _encoder.encode({"memories": [written_object(w) for w in results]})
     return (201 if results[0].created else 200), _encoder.encode(written_object(results[0]))
@@ -93,10 +92,10 @@ async def get_memory(request: web.Request) -> web.Response:
 
 
 async def patch_memory(request: web.Request) -> web.Response:
-    body = await read_body(request, writes.MemoryPatch)
-    ctx = writes.WriteContext(principal_of(request))
+    body = await read_body(request, rules.MemoryPatch)
+    ctx = rules.WriteContext(principal_of(request))
     async with request.app[PLANNED_ONCE_POOL].acquire() as conn, conn.transaction():
-        memory = await writes.patch(conn, ctx, request.match_info["memory_id"], body)
+        memory = await rules.patch(conn, ctx, request.match_info["memory_id"], body)
     return json_response(memory_object(memory))
 
 
@@ -105,15 +104,15 @@ async def delete_memory(request: web.Request) -> web.Response:
     purge = request.query.get("purge", "").lower()
     if purge not in ("", "true", "false"):
         raise bad_request("purge must be true or false", param="purge")
-    ctx = writes.WriteContext(principal)
+    ctx = rules.WriteContext(principal)
     memory_id = request.match_info["memory_id"]
     async with request.app[PLANNED_ONCE_POOL].acquire() as conn, conn.transaction():
         if purge == "true":
             if "admin" not in principal.scopes:
                 raise forbidden("Purging a memory needs the 'admin' scope")
-            await writes.purge(conn, ctx, memory_id)
+            await rules.purge(conn, ctx, memory_id)
             return json_response({"id": memory_id, "purged": True})
-        memory = await writes.delete(conn, ctx, memory_id)
+        memory = await rules.delete(conn, ctx, memory_id)
     return json_response(memory_object(memory))
 
 

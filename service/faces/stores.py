@@ -25,8 +25,7 @@ from service.queries import memories as q
 from service.queries import stores as sq
 from service.queries.keys import Principal
 from service.queries.memories import Memory, Store
-from service.write import fields as v
-from service.write import rules as writes
+from service.write import fields, rules
 
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 100
@@ -100,7 +99,7 @@ def parse_limit(request: web.Request) -> int:
     raw = request.query.get("limit")
     if raw is None or raw == "":
         return DEFAULT_LIMIT
-    value = v.query_int(raw)
+    value = fields.query_int(raw)
     if value is None or not 1 <= value <= MAX_LIMIT:
         raise bad_request(f"limit must be an integer from 1 to {MAX_LIMIT}, got {raw[:40]!r}")
     return value
@@ -141,7 +140,7 @@ def check_store_fields(name: str | None, metadata: dict[str, str] | None) -> Non
             "starting with a letter or digit"
         )
     if metadata is not None:
-        v.check_metadata(metadata)
+        fields.check_metadata(metadata)
 
 
 # --- stores -------------------------------------------------------------------------------
@@ -218,14 +217,12 @@ async def delete_store(request: web.Request) -> web.Response:
 
 async def create_memory(request: web.Request) -> web.Response:
     body = await read_body(request, PathMemoryCreate)
-    v.check_text(body.content, "content")
+    fields.check_text(body.content, "content")
     store = await the_store(request)
-    ctx = writes.WriteContext(principal_of(request), default_tier="core")
-    item = writes.MemoryIn(
-        text=body.content, path=body.path, metadata=body.metadata, store=store.id
-    )
+    ctx = rules.WriteContext(principal_of(request), default_tier="core")
+    item = rules.MemoryIn(text=body.content, path=body.path, metadata=body.metadata, store=store.id)
     async with request.app[PLANNED_ONCE_POOL].acquire() as conn, conn.transaction():
-        written = await writes.write(conn, ctx, item)
+        written = await rules.write(conn, ctx, item)
     return json_response(full_object(written.memory), status=201)
 
 
@@ -259,12 +256,12 @@ async def get_memory(request: web.Request) -> web.Response:
 async def update_memory(request: web.Request) -> web.Response:
     body = await read_body(request, PathMemoryUpdate)
     if body.content is not UNSET:
-        v.check_text(body.content, "content")
+        fields.check_text(body.content, "content")
     if body.metadata is not UNSET:
-        v.check_metadata(body.metadata)
+        fields.check_metadata(body.metadata)
     store = await the_store(request)
     principal = principal_of(request)
-    ctx = writes.WriteContext(principal)
+    ctx = rules.WriteContext(principal)
     async with request.app[PLANNED_ONCE_POOL].acquire() as conn, conn.transaction():
         memory = await _path_memory(
             conn, principal, store, request.match_info["memory_id"], for_update=True
@@ -283,23 +280,23 @@ async def update_memory(request: web.Request) -> web.Response:
                 f"read it (stored: {memory.content_sha256})"
             )
         if not unchanged:
-            patch = writes.MemoryPatch(
+            patch = rules.MemoryPatch(
                 text=UNSET if body.content is UNSET else body.content,
                 metadata=UNSET if body.metadata is UNSET else body.metadata,
             )
-            memory = await writes.patch(conn, ctx, memory.id, patch)
+            memory = await rules.patch(conn, ctx, memory.id, patch)
     return json_response(full_object(memory))
 
 
 async def delete_memory(request: web.Request) -> web.Response:
     store = await the_store(request)
     principal = principal_of(request)
-    ctx = writes.WriteContext(principal)
+    ctx = rules.WriteContext(principal)
     async with request.app[PLANNED_ONCE_POOL].acquire() as conn, conn.transaction():
         memory = await _path_memory(
             conn, principal, store, request.match_info["memory_id"], for_update=True
         )
-        await writes.delete(conn, ctx, memory.id)
+        await rules.delete(conn, ctx, memory.id)
     return json_response(
         {
             "id": memory.id,

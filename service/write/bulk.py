@@ -24,7 +24,7 @@ from service.http.errors import ApiError
 from service.queries import bulk
 from service.queries import memories as q
 from service.queries.memories import Memory, Store
-from service.write import rules as writes
+from service.write import rules
 from service.write.rules import MemoryIn, NewMemory, WriteContext, Written
 
 
@@ -78,15 +78,15 @@ async def write_many(
     for c in checked:  # the first refused item decides, as item by item
         if c.error is None and c.index in synced_at:
             if c.index not in held and "text" not in c.columns:  # a new memory needs text
-                c.error = writes.text_required()
+                c.error = rules.text_required()
             elif c.index in held and held[c.index] is None:
-                c.error = writes.held_elsewhere(c.columns, c.provider, _store(c))
+                c.error = rules.held_elsewhere(c.columns, c.provider, _store(c))
         if c.error is not None:
             raise c.refuse(c.error)
 
     plain = [c for c in checked if "provider_ref" not in c.columns]
     changing = any(
-        writes.changed(m, c.columns) for c in synced if (m := held.get(c.index)) is not None
+        rules.changed(m, c.columns) for c in synced if (m := held.get(c.index)) is not None
     )
     if plain and changing:
         return await _one_by_one(conn, ctx, items, labels)
@@ -97,7 +97,7 @@ async def write_many(
         if (memory := held.get(c.index)) is None:
             to_create.append(c)
         else:
-            results[c.index] = await writes.upsert(conn, ctx, memory, c.columns)
+            results[c.index] = await rules.upsert(conn, ctx, memory, c.columns)
     found = await bulk.duplicates(conn, ctx.workspace_id, [
         bulk.Dedupe(c.index, _store(c).id, c.columns["content_sha256"],
                     c.scope, c.columns.get("speaker"),
@@ -122,8 +122,8 @@ async def _check(
     raised, so that the first refused item can be found after the speakers are checked."""
     checked = Item(index, label)
     try:
-        checked.new = writes.new_memory(item)
-        checked.store = await writes.store_of(conn, ctx, checked.new.store_ref)
+        checked.new = rules.new_memory(item)
+        checked.store = await rules.store_of(conn, ctx, checked.new.store_ref)
         if (refused := checked.new.refusal(ctx.principal)) is not None:
             raise refused
     except ApiError as exc:
@@ -167,11 +167,11 @@ async def _check_speakers(conn: asyncpg.Connection, ctx: WriteContext, checked: 
         if c.error is None and isinstance(speaker, str) and speaker != "me":
             store = _store(c)
             if (store.id, speaker) not in ctx.speakers:
-                c.error = writes.unregistered_speaker(store.id, store.name, speaker)
+                c.error = rules.unregistered_speaker(store.id, store.name, speaker)
 
 
 def _identity(ctx: WriteContext, c: Item) -> q.Identity | None:
-    return writes.identity_of(
+    return rules.identity_of(
         ctx, _store(c).id, c.provider, c.columns.get("provider_ref"), None,
         c.columns.get("content_sha256"),
     )  # fmt: skip
@@ -189,7 +189,7 @@ async def _create(
     the items set (a batch written by one client usually sets one)."""
     groups: dict[tuple[str, ...], list[Item]] = defaultdict(list)
     for c in items:
-        writes.creation_defaults(ctx, c.columns)
+        rules.creation_defaults(ctx, c.columns)
         groups[tuple(sorted(c.columns))].append(c)
     out: list[tuple[Memory, Item]] = []
     for group in groups.values():
@@ -205,8 +205,8 @@ async def _one_by_one(
     conn: asyncpg.Connection, ctx: WriteContext, items: list[MemoryIn], labels: list[str]
 ) -> list[Written]:
     if len(items) > 1:
-        await writes.lock_batch(conn, ctx, items)
+        await rules.lock_batch(conn, ctx, items)
     return [
-        await writes.write(conn, ctx, item, label=label)
+        await rules.write(conn, ctx, item, label=label)
         for item, label in zip(items, labels, strict=True)
     ]

@@ -25,7 +25,7 @@ from service.http.times import parse_time
 from service.queries import memories as q
 from service.queries.keys import Principal
 from service.queries.memories import Memory, Store
-from service.write import fields as v
+from service.write import fields
 
 MAX_BATCH = 500
 # What a new memory takes when a write omits it: the store every workspace has
@@ -55,7 +55,7 @@ class MemoryIn(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
     provider: str | UnsetType = UNSET
     provider_ref: str | UnsetType | None = UNSET
     entity_refs: list[str] | UnsetType = UNSET
-    proof_count: int | float | UnsetType | None = UNSET  # whole numbers: v.whole_number
+    proof_count: int | float | UnsetType | None = UNSET  # whole numbers: fields.whole_number
     category: str | UnsetType = UNSET
     importance: float | UnsetType = UNSET
     speaker: str | UnsetType | None = UNSET
@@ -82,7 +82,7 @@ class MemoryPatch(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
     expires_at: str | UnsetType | None = UNSET
     transitory: bool | UnsetType = UNSET
     entity_refs: list[str] | UnsetType = UNSET
-    proof_count: int | float | UnsetType | None = UNSET  # whole numbers: v.whole_number
+    proof_count: int | float | UnsetType | None = UNSET  # whole numbers: fields.whole_number
     event_date: str | UnsetType | None = UNSET
     speaker: str | UnsetType | None = UNSET
 
@@ -248,24 +248,24 @@ def columns_of(item: MemoryIn | MemoryPatch) -> dict[str, Any]:
     """The validated columns an item sets (omitted fields are absent, not null)."""
     c: dict[str, Any] = {}
     if item.text is not UNSET:
-        raw = v.check_text(item.text)
-        c.update(text=item.text, content_sha256=v.sha256_hex(raw), content_size_bytes=len(raw))
+        raw = fields.check_text(item.text)
+        c.update(text=item.text, content_sha256=fields.sha256_hex(raw), content_size_bytes=len(raw))
     if item.scope is not UNSET:
-        c["scope"] = v.check_scope(item.scope)
+        c["scope"] = fields.check_scope(item.scope)
     if item.tier is not UNSET:
-        c["tier"] = v.check_choice(item.tier, v.TIERS, "tier")
+        c["tier"] = fields.check_choice(item.tier, fields.TIERS, "tier")
     if item.status is not UNSET:
-        c["status"] = v.check_choice(item.status, v.STATUSES, "status")
+        c["status"] = fields.check_choice(item.status, fields.STATUSES, "status")
     if item.fact_type is not UNSET:
         c["fact_type"] = item.fact_type
     if item.importance is not UNSET:
-        c["importance"] = v.check_importance(item.importance)
+        c["importance"] = fields.check_importance(item.importance)
     if item.category is not UNSET:
-        if v.is_blank(item.category):
+        if fields.is_blank(item.category):
             raise bad_request("category must not be empty", param="category")
         c["category"] = item.category
     if item.metadata is not UNSET:
-        c["metadata"] = v.check_metadata(item.metadata)
+        c["metadata"] = fields.check_metadata(item.metadata)
     if item.expires_at is not UNSET:
         c["expires_at"] = _time(item.expires_at, "expiresAt")
     if item.transitory is not UNSET:
@@ -276,35 +276,42 @@ def columns_of(item: MemoryIn | MemoryPatch) -> dict[str, Any]:
         c["proof_count"] = (
             None
             if item.proof_count is None
-            else v.whole_number(item.proof_count, "proofCount", 0, v.INT4_MAX)
+            else fields.whole_number(item.proof_count, "proofCount", 0, fields.INT4_MAX)
         )
     if item.event_date is not UNSET:
         c["event_date"] = _time(item.event_date, "eventDate")
     if item.speaker is not UNSET:
         c["speaker"] = item.speaker
     if isinstance(item, MemoryIn):
-        if item.provider is not UNSET:
-            if v.is_blank(item.provider):
-                raise bad_request("provider must not be empty", param="provider")
-            c["provider"] = v.check_length(item.provider, "provider", v.MAX_PROVIDER_CHARS)
-        if item.provider_ref not in (UNSET, None):
-            assert isinstance(item.provider_ref, str)
-            c["provider_ref"] = v.check_length(
-                item.provider_ref, "providerRef", v.MAX_PROVIDER_REF_CHARS
-            )
-        if item.path not in (UNSET, None):
-            assert isinstance(item.path, str)
-            c["path"] = v.check_path(item.path)
-        if item.first_seen_at is not UNSET:
-            c["first_seen_at"] = parse_time(item.first_seen_at, "firstSeenAt")
-        if item.last_used_at is not UNSET:
-            c["last_used_at"] = parse_time(item.last_used_at, "lastUsedAt")
-        if isinstance(item.image, ImageIn):
-            c.update(
-                kind="image",
-                media=v.decode_image(item.image.data, item.image.mime_type),
-                media_type=item.image.mime_type,
-            )
+        c.update(_columns_of_new_only(item))
+    return c
+
+
+def _columns_of_new_only(item: MemoryIn) -> dict[str, Any]:
+    """The columns only a write (not a patch) may set: identity, path, times, image."""
+    c: dict[str, Any] = {}
+    if item.provider is not UNSET:
+        if fields.is_blank(item.provider):
+            raise bad_request("provider must not be empty", param="provider")
+        c["provider"] = fields.check_length(item.provider, "provider", fields.MAX_PROVIDER_CHARS)
+    if item.provider_ref not in (UNSET, None):
+        assert isinstance(item.provider_ref, str)
+        c["provider_ref"] = fields.check_length(
+            item.provider_ref, "providerRef", fields.MAX_PROVIDER_REF_CHARS
+        )
+    if item.path not in (UNSET, None):
+        assert isinstance(item.path, str)
+        c["path"] = fields.check_path(item.path)
+    if item.first_seen_at is not UNSET:
+        c["first_seen_at"] = parse_time(item.first_seen_at, "firstSeenAt")
+    if item.last_used_at is not UNSET:
+        c["last_used_at"] = parse_time(item.last_used_at, "lastUsedAt")
+    if isinstance(item.image, ImageIn):
+        c.update(
+            kind="image",
+            media=fields.decode_image(item.image.data, item.image.mime_type),
+            media_type=item.image.mime_type,
+        )
     return c
 
 

@@ -24,14 +24,14 @@ from __future__ import annotations
 import asyncpg
 
 from service.queries import single as q
-from service.write import rules as writes
+from service.write import rules
 from service.write.rules import MemoryIn, WriteContext, Written
 
 
 async def create(conn: asyncpg.Connection, ctx: WriteContext, item: MemoryIn) -> Written | None:
     """Write ``item`` (a connection outside any transaction), or ``None``: nothing was
     written, and the general path is to write it."""
-    new = writes.new_memory(item)
+    new = rules.new_memory(item)
     columns, store = new.columns, new.store_ref
     if (
         "text" not in columns
@@ -41,16 +41,16 @@ async def create(conn: asyncpg.Connection, ctx: WriteContext, item: MemoryIn) ->
         or new.refusal(ctx.principal) is not None
     ):
         return None
-    writes.creation_defaults(ctx, columns)
+    rules.creation_defaults(ctx, columns)
     actor = ctx.principal.key_id
     speaker = columns.get("speaker")
     if "provider_ref" in columns:
         outcome = await q.create_synced(conn, ctx.workspace_id, actor, store, columns)
         if outcome.store_id is None or outcome.store_name is None:
-            raise writes.store_not_found(store)
+            raise rules.store_not_found(store)
         if not outcome.speaker_known:
             assert speaker is not None
-            raise writes.unregistered_speaker(outcome.store_id, outcome.store_name, speaker)
+            raise rules.unregistered_speaker(outcome.store_id, outcome.store_name, speaker)
         if outcome.memory is None:
             return None  # the identity is held: an upsert, or a refusal
         return Written(outcome.memory, created=True)
@@ -59,10 +59,10 @@ async def create(conn: asyncpg.Connection, ctx: WriteContext, item: MemoryIn) ->
             conn, ctx.workspace_id, store, speaker, columns["content_sha256"]
         )
         if found is None:
-            raise writes.store_not_found(store)
+            raise rules.store_not_found(store)
         store_id, store_name, speaker_known = found
         if not speaker_known:
             assert speaker is not None
-            raise writes.unregistered_speaker(store_id, store_name, speaker)
+            raise rules.unregistered_speaker(store_id, store_name, speaker)
         memory, created = await q.create_plain(conn, ctx.workspace_id, actor, store_id, columns)
     return Written(memory, created=created, deduplicated=not created)

@@ -22,7 +22,7 @@ from service.http.inputs import decode_json
 from service.http.json import iso, iso_or_none
 from service.queries import memories as q
 from service.queries.keys import Principal
-from service.write import rules as writes
+from service.write import rules
 from service.write.bulk import write_many
 
 BATCH = 500
@@ -118,7 +118,7 @@ async def import_lines(
     """
     result = ImportResult()
     principal = service_principal(workspace_id, "cli:import")
-    batch: list[tuple[int, writes.MemoryIn]] = []
+    batch: list[tuple[int, rules.MemoryIn]] = []
 
     async def flush() -> None:
         async with pool.acquire() as conn, conn.transaction():
@@ -130,7 +130,7 @@ async def import_lines(
             items = [item for _, item in batch]
             labels = [f"line {number}" for number, _ in batch]
             try:
-                written = await write_many(conn, writes.WriteContext(principal), items, labels)
+                written = await write_many(conn, rules.WriteContext(principal), items, labels)
             except ApiError as exc:
                 raise ImportError_(exc.message) from None
             for done in written:
@@ -144,7 +144,7 @@ async def import_lines(
         if not raw.strip():
             continue
         try:
-            item = decode_json(raw, writes.MemoryIn, what="Memory")
+            item = decode_json(raw, rules.MemoryIn, what="Memory")
         except ApiError as exc:
             raise ImportError_(f"line {number}: {exc.message}") from None
         item.store = store.id
