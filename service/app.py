@@ -47,8 +47,9 @@ from service.http.outage import Outage
 from service.http.server import standard_headers
 from service.ops import db
 from service.ops.bootstrap import bootstrap, print_first_key
+from service.ops.meter import Meter
 from service.ops.metrics import Metrics
-from service.queries import idempotency, leases, ratelimit, search, stores, usage
+from service.queries import cache, idempotency, leases, ratelimit, search, stores
 from service.queries import memories as q
 from service.queries.search import Toucher
 from service.retrieval import store_indexes
@@ -219,7 +220,7 @@ def create_app(
         await _cancel(task)
 
     app[TOUCHER] = Toucher()
-    app[METER] = usage.Meter()
+    app[METER] = Meter()
     app.cleanup_ctx.extend([database, model, touch_returned, mcp.mcp_door])
     if settings.worker:
         app.cleanup_ctx.append(embedding_worker)
@@ -309,7 +310,7 @@ async def janitor_pass(app: web.Application, holder: str, *, retention: bool) ->
     async with pool.acquire() as conn:
         await ratelimit.prune(conn)
         await idempotency.prune(conn)
-        await usage.prune(conn)
+        await cache.prune(conn)
         await search.compact_stats(conn)
         await stores.prune_versions(conn)
     while retention:
