@@ -92,11 +92,15 @@ async def explain(url: str, workspace: str) -> list[str]:
     conn = await asyncpg.connect(url)
     try:
         ws = await conn.fetchval("SELECT id FROM workspaces WHERE name = $1", workspace)
+        values = {
+            "workspace": ws, "after_created_at": FIRST_PAGE[0], "after_id": FIRST_PAGE[1],
+            "is_service": True, "member": None, "rooms": [], "limit": 26,
+            "statuses": ["active"], "tiers": None, "fact_types": None, "not_fact_types": None,
+            "scope": None, "provider": None, "pattern": None, "fact_type_given": False,
+        }  # fmt: skip
         rows = await conn.fetch(
-            "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + WINDOW,
-            ws, FIRST_PAGE[0], FIRST_PAGE[1], True, None, [], 26,
-            ["active"], None, None, None, None, None, None, False,
-        )  # fmt: skip
+            "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + WINDOW.sql, *WINDOW.args(values)
+        )
         return [r[0] for r in rows]
     finally:
         await conn.close()

@@ -46,9 +46,9 @@ from service.http.route import Route
 from service.http.server import standard_headers
 from service.ops import db, jobs
 from service.ops.bootstrap import bootstrap, print_first_key
+from service.ops.meter import Meter
 from service.ops.metrics import Metrics
 from service.ops.model import embedding_worker, model_lifetime
-from service.queries import usage
 from service.queries.search import Toucher
 from service.retrieval.snapshots import Snapshots
 from service.routes import ROUTES
@@ -75,7 +75,7 @@ def create_app(
     app[RECENT_KEYS] = RecentKeys()
     app[QUEUE] = QueueProbe()
     app[TOUCHER] = Toucher()
-    app[METER] = usage.Meter()
+    app[METER] = Meter()
     specs: dict[web.AbstractRoute, Route] = {}
     for spec in ROUTES:
         specs[app.router.add_route(spec.method, spec.path, spec.handler)] = spec

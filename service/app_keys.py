@@ -16,9 +16,9 @@ from embeddings.batcher import QueryEncoder
 from embeddings.worker import QueueProbe
 from service.http.outage import Outage
 from service.http.route import Route
+from service.ops.meter import Meter
 from service.ops.metrics import Metrics
 from service.queries.search import Toucher
-from service.queries.usage import Meter
 from service.retrieval.snapshots import Snapshots
 from service.settings import Settings
 

@@ -12,6 +12,7 @@ import asyncpg
 import pytest
 
 from service.ops import db
+from service.ops.meter import Meter
 from service.queries import tenancy, usage
 from service.settings import Settings
 from tests.helpers import ADMIN, Client, auth, make_key, make_member
@@ -116,7 +117,7 @@ async def test_a_usage_read_waits_for_the_flush_already_in_flight(db_url: str) -
         async with pool.acquire() as conn:
             ws = await tenancy.create_workspace(conn, "metered", "scale")
         assert ws is not None
-        meter = usage.Meter()
+        meter = Meter()
         meter.add(ws.id, "search", 1.0)
         await meter.flush(pool)  # the day's row exists
         # Another transaction holds that row: the next flush's upsert waits for it.

@@ -378,12 +378,12 @@ async def test_concurrent_writers_do_not_break_paging(client: Client) -> None:
 
 
 def test_window_columns_come_in_row_field_order() -> None:
-    """browse.window builds Row positionally from the SELECT list: keep them in step."""
+    """browse.window builds Row by name from the SELECT list: keep them in step."""
     import dataclasses
 
     from service.queries import browse as queries
 
-    select = queries.WINDOW.split("FROM (", 1)[0]
+    select = queries.WINDOW.sql.split("FROM (", 1)[0]
     names = [
         part.strip().split()[-1].split(".")[-1]
         for part in select.replace("SELECT", "", 1).split(",")

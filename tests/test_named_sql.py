@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncpg
 import pytest
 
 from service.queries import search as sq
@@ -22,6 +23,22 @@ def test_a_missing_or_unexpected_value_is_an_error() -> None:
         q.args({"a": 1})
     with pytest.raises(KeyError, match="unexpected"):
         q.args({"a": 1, "b": 2, "c": 3})
+
+
+async def test_a_statement_runs_with_its_values_by_keyword(conn: asyncpg.Connection) -> None:
+    q = NamedSQL("SELECT :a::int AS a, :b::text AS b, :a::int + 1 AS c")
+    [row] = await q.fetch(conn, b="x", a=1)
+    assert dict(row.items()) == {"a": 1, "b": "x", "c": 2}
+    row = await q.fetchrow(conn, a=2, b="y")
+    assert row is not None and (row["a"], row["b"], row["c"]) == (2, "y", 3)
+    assert await q.fetchval(conn, a=3, b="z") == 3
+    assert await NamedSQL("SELECT :x::int WHERE false").fetchrow(conn, x=1) is None
+    # The connection is positional only: a parameter may be named "conn" (or "self").
+    assert await NamedSQL("SELECT :conn::int + :self::int").fetchval(conn, conn=1, self=2) == 3
+    await NamedSQL("CREATE TEMP TABLE t (v int)").execute(conn)
+    assert await NamedSQL("INSERT INTO t VALUES (:v), (:v)").execute(conn, v=7) == "INSERT 0 2"
+    with pytest.raises(KeyError, match="missing"):
+        await q.fetchval(conn, a=1)
 
 
 def test_every_search_statement_takes_its_values_by_name() -> None:

@@ -459,11 +459,13 @@ async def test_prefix_listing_is_an_index_range_scan(conn: asyncpg.Connection) -
     await conn.execute(
         "SET enable_seqscan = off"
     )  # tiny table: make the planner show its index choice
+    listing = stores.LIST_AFTER_BOUNDED
+    values = {
+        "workspace": "w", "store": "s", "prefix": "a/b", "cursor": "", "limit": 21,
+        "is_service": True, "member": None, "rooms": [], "upper": "a/c",
+    }  # fmt: skip
     plan = "\n".join(
-        r[0]
-        for r in await conn.fetch(
-            "EXPLAIN " + stores.LIST_AFTER_BOUNDED, "w", "s", "a/b", "", 21, True, None, [], "a/c"
-        )
+        r[0] for r in await conn.fetch("EXPLAIN " + listing.sql, *listing.args(values))
     )
     assert "memories_path_key" in plan
     assert "path >=" in plan and "path <" in plan and "~~" not in plan  # a range, not LIKE

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from service.app_keys import DATABASE_URL, METER, OUTAGE, POOL, SETTINGS, TOUCHER
-from service.queries import idempotency, leases, ratelimit, search, stores, usage
+from service.queries import cache, idempotency, leases, ratelimit, search, stores
 from service.queries import memories as q
 from service.retrieval import store_indexes
 
@@ -74,7 +74,7 @@ async def janitor_pass(app: web.Application, holder: str, *, retention: bool) ->
     async with pool.acquire() as conn:
         await ratelimit.prune(conn)
         await idempotency.prune(conn)
-        await usage.prune(conn)
+        await cache.prune(conn)
         await search.compact_stats(conn)
         await stores.prune_versions(conn)
     while retention:

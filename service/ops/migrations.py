@@ -17,6 +17,8 @@ from pathlib import Path
 
 import asyncpg
 
+from service.queries.named import NamedSQL
+
 # pg_advisory_lock key: the ASCII of "mneme" — any constant works; it just has to be shared.
 ADVISORY_LOCK_ID = 0x6D6E656D65
 FILE_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
@@ -30,11 +32,16 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 )
 """
 
-SELECT_APPLIED = "SELECT version, name, checksum FROM schema_migrations ORDER BY version"
+SELECT_APPLIED = NamedSQL("SELECT version, name, checksum FROM schema_migrations ORDER BY version")
 
-TABLE_EXISTS = "SELECT to_regclass('schema_migrations') IS NOT NULL"
+TABLE_EXISTS = NamedSQL("SELECT to_regclass('schema_migrations') IS NOT NULL")
 
-RECORD = "INSERT INTO schema_migrations (version, name, checksum) VALUES ($1, $2, $3)"
+RECORD = NamedSQL(
+    "INSERT INTO schema_migrations (version, name, checksum) VALUES (:version, :name, :checksum)"
+)
+
+LOCK = NamedSQL("SELECT pg_advisory_lock(:id)")
+UNLOCK = NamedSQL("SELECT pg_advisory_unlock(:id)")
 
 
 class MigrationError(RuntimeError):
@@ -115,9 +122,9 @@ def _read(directory: Path) -> list[Migration]:
 
 
 async def _applied(conn: asyncpg.Connection) -> dict[int, tuple[str, str]]:
-    if not await conn.fetchval(TABLE_EXISTS):
+    if not await TABLE_EXISTS.fetchval(conn):
         return {}
-    return {r["version"]: (r["name"], r["checksum"]) for r in await conn.fetch(SELECT_APPLIED)}
+    return {r["version"]: (r["name"], r["checksum"]) for r in await SELECT_APPLIED.fetch(conn)}
 
 
 def _compare(
@@ -169,7 +176,7 @@ async def check_current(conn: asyncpg.Connection, directory: Path | None = None)
 async def migrate(conn: asyncpg.Connection, directory: Path | None = None) -> list[str]:
     """Apply every pending migration; returns the names applied by this call."""
     migrations = load(directory)
-    await conn.execute("SELECT pg_advisory_lock($1)", ADVISORY_LOCK_ID)
+    await LOCK.execute(conn, id=ADVISORY_LOCK_ID)
     try:
         await conn.execute(CREATE_TABLE)
         states = _compare(migrations, await _applied(conn))
@@ -184,8 +191,8 @@ async def migrate(conn: asyncpg.Connection, directory: Path | None = None) -> li
                     await conn.execute(m.sql)
                 except asyncpg.PostgresError as exc:
                     raise MigrationError(f"{m.path.name} failed: {exc}") from exc
-                await conn.execute(RECORD, m.version, m.name, m.checksum)
+                await RECORD.execute(conn, version=m.version, name=m.name, checksum=m.checksum)
             done.append(m.name)
         return done
     finally:
-        await conn.execute("SELECT pg_advisory_unlock($1)", ADVISORY_LOCK_ID)
+        await UNLOCK.execute(conn, id=ADVISORY_LOCK_ID)

@@ -40,5 +40,4 @@ async def written_per_day(
         "start": datetime.combine(start, time(), UTC),
         "stop": datetime.combine(end, time.max, UTC),
     }  # fmt: skip
-    rows = await pool.fetch(WRITTEN.sql, *WRITTEN.args(values))
-    return [Written(r["day"], r["store"], r["written"]) for r in rows]
+    return [Written(**r) for r in await WRITTEN.fetch(pool, **values)]

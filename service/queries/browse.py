@@ -17,7 +17,8 @@ from datetime import datetime
 
 from service.queries import Conn
 from service.queries.keys import Principal
-from service.queries.memories import LAST_USED_AT
+from service.queries.memories import LAST_USED_AT, readable_by
+from service.queries.named import NamedSQL
 
 _WINDOW = """
 SELECT m.id, m.created_at, m.last_used_at, m.scope, m.tier, m.fact_type, m.status,
@@ -29,33 +30,36 @@ FROM (
            m.status, m.provider, m.provider_ref, m.entity_refs, m.proof_count, m.first_seen_at,
            m.text
     FROM memories m
-    WHERE m.workspace_id = $1
+    WHERE m.workspace_id = :workspace
       {store}
-      AND (m.created_at, m.id) < ($2::timestamptz, $3::text)
-      AND mneme_readable(m.scope, $4, $5, $6)
+      AND (m.created_at, m.id) < (:after_created_at::timestamptz, :after_id::text)
+      AND mneme_readable(m.scope, :is_service, :member, :rooms)
     ORDER BY m.created_at DESC, m.id DESC
-    LIMIT $7
+    LIMIT :limit
 ) m
 CROSS JOIN LATERAL (
     -- coalesce: a NULL fact type compares as unknown, and unknown is not a match.
-    SELECT coalesce(m.status = ANY($8::text[])
-           AND ($9::text[] IS NULL OR m.tier = ANY($9::text[]))
-           AND ($10::text[] IS NULL OR m.fact_type = ANY($10::text[]))
-           AND ($11::text[] IS NULL OR m.fact_type IS NULL OR NOT m.fact_type = ANY($11::text[]))
-           AND ($12::text IS NULL OR m.scope = $12::text)
-           AND ($13::text IS NULL OR m.provider = $13::text)
-           AND ($14::text IS NULL OR m.text ILIKE $14::text ESCAPE '\\'), false)
+    SELECT coalesce(m.status = ANY(:statuses::text[])
+           AND (:tiers::text[] IS NULL OR m.tier = ANY(:tiers::text[]))
+           AND (:fact_types::text[] IS NULL OR m.fact_type = ANY(:fact_types::text[]))
+           AND (:not_fact_types::text[] IS NULL OR m.fact_type IS NULL
+                OR NOT m.fact_type = ANY(:not_fact_types::text[]))
+           AND (:scope::text IS NULL OR m.scope = :scope::text)
+           AND (:provider::text IS NULL OR m.provider = :provider::text)
+           AND (:pattern::text IS NULL OR m.text ILIKE :pattern::text ESCAPE '\\'), false)
            AS passes,
            -- The default observation rule, off as soon as any fact-type filter is given.
-           NOT $15::boolean AND m.tier = 'hindsight'
+           NOT :fact_type_given::boolean AND m.tier = 'hindsight'
            AND m.fact_type IS NOT DISTINCT FROM 'observation'
            AS observation
 ) f
 ORDER BY m.created_at DESC, m.id DESC
 """
 
-WINDOW = _WINDOW.format(store="", last_used_at=LAST_USED_AT)
-WINDOW_IN_STORE = _WINDOW.format(store="AND m.store_id = $16", last_used_at=LAST_USED_AT)
+WINDOW = NamedSQL(_WINDOW.format(store="", last_used_at=LAST_USED_AT))
+WINDOW_IN_STORE = NamedSQL(
+    _WINDOW.format(store="AND m.store_id = :store_id", last_used_at=LAST_USED_AT)
+)
 
 FIRST_PAGE = (datetime.fromisoformat("9999-12-31T23:59:59+00:00"), "")
 
@@ -115,19 +119,19 @@ async def window(
     limit: int,
 ) -> Window:
     created_at, memory_id = after or FIRST_PAGE
-    args: list[object] = [
-        principal.workspace_id, created_at, memory_id,
-        principal.is_service, principal.member, principal.rooms,
-        limit + 1,
-        filters.statuses, filters.tiers, filters.fact_types, filters.not_fact_types,
-        filters.scope, filters.provider,
-        None if filters.search is None else like_pattern(filters.search),
-        filters.fact_type_given,
-    ]  # fmt: skip
-    sql = WINDOW
+    values: dict[str, object] = {
+        **readable_by(principal), "after_created_at": created_at, "after_id": memory_id,
+        "limit": limit + 1,
+        "statuses": filters.statuses, "tiers": filters.tiers, "fact_types": filters.fact_types,
+        "not_fact_types": filters.not_fact_types, "scope": filters.scope,
+        "provider": filters.provider,
+        "pattern": None if filters.search is None else like_pattern(filters.search),
+        "fact_type_given": filters.fact_type_given,
+    }  # fmt: skip
+    statement = WINDOW
     if filters.store_id is not None:
-        sql = WINDOW_IN_STORE
-        args.append(filters.store_id)
-    # Columns come in Row's field order (asserted in the tests), so build positionally.
-    rows = [Row(*r) for r in await conn.fetch(sql, *args)]
+        statement = WINDOW_IN_STORE
+        values["store_id"] = filters.store_id
+    # Row's fields are the window's column names.
+    rows = [Row(**r) for r in await statement.fetch(conn, **values)]
     return Window(rows[:limit], has_more=len(rows) > limit)

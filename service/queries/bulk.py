@@ -81,7 +81,7 @@ async def insert(
     }  # fmt: skip
     for c in columns:
         values[c] = [_encoded(c, r[c]) for r in rows]
-    found = await conn.fetch(statement.sql, *statement.args(values))
+    found = await statement.fetch(conn, **values)
     by_id = {row["id"]: Memory(**dict(row.items())) for row in found}
     return [by_id[i] for i in ids]
 
@@ -125,7 +125,7 @@ async def duplicates(
         "sha256s": [w.sha256 for w in wanted], "scopes": [w.scope for w in wanted],
         "speakers": [w.speaker for w in wanted], "texts": [w.text for w in wanted],
     }  # fmt: skip
-    found = await conn.fetch(DUPLICATES.sql, *DUPLICATES.args(values))
+    found = await DUPLICATES.fetch(conn, **values)
     return {row["ord"]: _memory_of(row) for row in found}
 
 
@@ -166,16 +166,16 @@ async def holders(
         "ords": [w.ord for w in wanted], "stores": [w.store_id for w in wanted],
         "providers": [w.provider for w in wanted], "refs": [w.provider_ref for w in wanted],
     }  # fmt: skip
-    found = await conn.fetch(HOLDERS.sql, *HOLDERS.args(values))
+    found = await HOLDERS.fetch(conn, **values)
     return {row["ord"]: _memory_of(row) if row["readable"] else None for row in found}
 
 
-BUMP_PROOFS = f"""
+BUMP_PROOFS = NamedSQL(f"""
 UPDATE memories AS m SET proof_count = coalesce(m.proof_count, 1) + 1, updated_at = now()
-FROM unnest($2::text[]) AS v(id)
-WHERE m.workspace_id = $1 AND m.id = v.id
+FROM unnest(:ids::text[]) AS v(id)
+WHERE m.workspace_id = :workspace AND m.id = v.id
 RETURNING {MEMORY_COLUMNS}
-"""
+""")
 
 
 async def bump_proofs(
@@ -184,16 +184,16 @@ async def bump_proofs(
     """One more proof for each memory (distinct ids)."""
     if not ids:
         return {}
-    found = await conn.fetch(BUMP_PROOFS, workspace_id, list(ids))
+    found = await BUMP_PROOFS.fetch(conn, workspace=workspace_id, ids=list(ids))
     return {row["id"]: _memory_of(row) for row in found}
 
 
-SPEAKERS = """
+SPEAKERS = NamedSQL("""
 SELECT s.store_id, s.name FROM speakers s
-JOIN unnest($2::text[], $3::text[]) AS v(store_id, name)
+JOIN unnest(:stores::text[], :names::text[]) AS v(store_id, name)
   ON s.store_id = v.store_id AND s.name = v.name
-WHERE s.workspace_id = $1
-"""
+WHERE s.workspace_id = :workspace
+""")
 
 
 async def registered_speakers(
@@ -203,7 +203,9 @@ async def registered_speakers(
     if not wanted:
         return set()
     stores, names = zip(*sorted(wanted), strict=True)
-    found = await conn.fetch(SPEAKERS, workspace_id, list(stores), list(names))
+    found = await SPEAKERS.fetch(
+        conn, workspace=workspace_id, stores=list(stores), names=list(names)
+    )
     return {(row["store_id"], row["name"]) for row in found}
 
 

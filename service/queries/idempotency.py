@@ -16,28 +16,30 @@ import asyncpg
 
 from service.queries import Conn
 from service.queries.keys import Principal
+from service.queries.named import NamedSQL
 
 TTL = "24 hours"
 
-LOCK = """
-SELECT pg_advisory_xact_lock(hashtextextended($1 || E'\\x1f' || $2 || E'\\x1f' || $3, 1))
-"""
+LOCK = NamedSQL("""
+SELECT pg_advisory_xact_lock(
+    hashtextextended(:workspace || E'\\x1f' || :api_key || E'\\x1f' || :key, 1))
+""")
 
-SELECT = f"""
+SELECT = NamedSQL(f"""
 SELECT request_sha256, status, response FROM idempotency_keys
-WHERE workspace_id = $1 AND api_key_id = $2 AND key = $3
+WHERE workspace_id = :workspace AND api_key_id = :api_key AND key = :key
   AND created_at > now() - interval '{TTL}'
-"""
+""")
 
-SAVE = """
+SAVE = NamedSQL("""
 INSERT INTO idempotency_keys (workspace_id, api_key_id, key, request_sha256, status, response)
-VALUES ($1, $2, $3, $4, $5, $6)
+VALUES (:workspace, :api_key, :key, :request_sha256, :status, :response)
 ON CONFLICT (workspace_id, api_key_id, key) DO UPDATE
 SET request_sha256 = EXCLUDED.request_sha256, status = EXCLUDED.status,
     response = EXCLUDED.response, created_at = now()
-"""
+""")
 
-PRUNE = f"DELETE FROM idempotency_keys WHERE created_at < now() - interval '{TTL}'"
+PRUNE = NamedSQL(f"DELETE FROM idempotency_keys WHERE created_at < now() - interval '{TTL}'")
 
 
 @dataclass(frozen=True)
@@ -49,8 +51,9 @@ class Stored:
 
 async def lock_and_get(conn: asyncpg.Connection, principal: Principal, key: str) -> Stored | None:
     """The stored response of this API key's request with ``key``, after locking it."""
-    await conn.execute(LOCK, principal.workspace_id, principal.key_id, key)
-    row = await conn.fetchrow(SELECT, principal.workspace_id, principal.key_id, key)
+    who = {"workspace": principal.workspace_id, "api_key": principal.key_id, "key": key}
+    await LOCK.execute(conn, **who)
+    row = await SELECT.fetchrow(conn, **who)
     if row is None:
         return None
     return Stored(bytes(row["request_sha256"]), row["status"], bytes(row["response"]))
@@ -64,10 +67,11 @@ async def save(
     status: int,
     response: bytes,
 ) -> None:
-    await conn.execute(
-        SAVE, principal.workspace_id, principal.key_id, key, request_sha256, status, response
-    )
+    await SAVE.execute(
+        conn, workspace=principal.workspace_id, api_key=principal.key_id, key=key,
+        request_sha256=request_sha256, status=status, response=response,
+    )  # fmt: skip
 
 
 async def prune(conn: Conn) -> None:
-    await conn.execute(PRUNE)
+    await PRUNE.execute(conn)

@@ -18,6 +18,7 @@ import asyncpg
 
 from service.ids import new_id
 from service.queries import Conn, ratelimit
+from service.queries.named import NamedSQL
 
 SCOPES = ("memory:read", "memory:write", "admin")
 KINDS = ("personal", "service")
@@ -71,11 +72,11 @@ class Principal:
 
 KEY_COLUMNS = "id, kind, member_id AS member, scopes, name, created_at, revoked_at"
 
-INSERT_KEY = f"""
+INSERT_KEY = NamedSQL(f"""
 INSERT INTO api_keys (workspace_id, id, kind, member_id, scopes, name, secret_sha256)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
+VALUES (:workspace, :id, :kind, :member, :scopes, :name, :secret_sha256)
 RETURNING {KEY_COLUMNS}
-"""
+""")
 
 
 async def create_key(
@@ -90,35 +91,36 @@ async def create_key(
 ) -> tuple[ApiKey, str]:
     """Store a new key; returns it with its secret, which is never readable again."""
     secret = secret or new_secret()
-    row = await conn.fetchrow(
-        INSERT_KEY, workspace_id, new_id("key"), kind, member, scopes, name, digest(secret)
-    )
+    row = await INSERT_KEY.fetchrow(
+        conn, workspace=workspace_id, id=new_id("key"), kind=kind, member=member, scopes=scopes,
+        name=name, secret_sha256=digest(secret),
+    )  # fmt: skip
     assert row is not None
     return ApiKey(**row), secret
 
 
-SELECT_KEYS = f"""
-SELECT {KEY_COLUMNS} FROM api_keys WHERE workspace_id = $1 ORDER BY id
-"""
+SELECT_KEYS = NamedSQL(f"""
+SELECT {KEY_COLUMNS} FROM api_keys WHERE workspace_id = :workspace ORDER BY id
+""")
 
 
 async def list_keys(conn: Conn, workspace_id: str) -> list[ApiKey]:
-    return [ApiKey(**r) for r in await conn.fetch(SELECT_KEYS, workspace_id)]
+    return [ApiKey(**r) for r in await SELECT_KEYS.fetch(conn, workspace=workspace_id)]
 
 
-REVOKE_KEY = """
+REVOKE_KEY = NamedSQL("""
 UPDATE api_keys SET revoked_at = coalesce(revoked_at, now())
-WHERE workspace_id = $1 AND id = $2
+WHERE workspace_id = :workspace AND id = :id
 RETURNING id
-"""
+""")
 
 
 async def revoke_key(conn: Conn, workspace_id: str, key_id: str) -> bool:
     """Idempotent; ``False`` when the workspace has no such key."""
-    return await conn.fetchval(REVOKE_KEY, workspace_id, key_id) is not None
+    return await REVOKE_KEY.fetchval(conn, workspace=workspace_id, id=key_id) is not None
 
 
-AUTHENTICATE = """
+_AUTHENTICATE = """
 SELECT k.id, k.workspace_id, w.tier, k.kind, k.member_id, k.scopes, k.secret_sha256,
        CASE WHEN k.member_id IS NULL THEN '{}'::text[] ELSE
            coalesce((SELECT array_agg(rm.room_id) FROM room_members rm
@@ -127,8 +129,9 @@ SELECT k.id, k.workspace_id, w.tier, k.kind, k.member_id, k.scopes, k.secret_sha
        END AS rooms
 FROM api_keys k
 JOIN workspaces w ON w.id = k.workspace_id
-WHERE k.secret_sha256 = $1 AND k.revoked_at IS NULL
+WHERE k.secret_sha256 = :secret_sha256 AND k.revoked_at IS NULL
 """
+AUTHENTICATE = NamedSQL(_AUTHENTICATE)
 
 
 def _principal(row: asyncpg.Record, presented: bytes) -> Principal | None:
@@ -150,7 +153,7 @@ def _principal(row: asyncpg.Record, presented: bytes) -> Principal | None:
 async def authenticate(conn: Conn, secret: str) -> Principal | None:
     """The principal for a presented secret; ``None`` if unknown or revoked."""
     presented = digest(secret)
-    row = await conn.fetchrow(AUTHENTICATE, presented)
+    row = await AUTHENTICATE.fetchrow(conn, secret_sha256=presented)
     return None if row is None else _principal(row, presented)
 
 
@@ -165,17 +168,18 @@ async def authenticate(conn: Conn, secret: str) -> Principal | None:
 # (a write waits for one, its own). A flush costs what the disk's fsync costs: 0.13 ms on
 # the development VM (pg_test_fsync), where single-write and search A/B runs could not
 # tell the difference; more on network block storage.
-AUTHENTICATE_AND_COUNT = f"""
+AUTHENTICATE_AND_COUNT = NamedSQL(f"""
 WITH k AS (
-    SELECT a.*, CASE a.tier WHEN 'free' THEN $2::int WHEN 'pro' THEN $3::int ELSE $4::int END
-                AS rate_limit
-    FROM ({AUTHENTICATE}) a
+    SELECT a.*,
+           CASE a.tier WHEN 'free' THEN :free::int WHEN 'pro' THEN :pro::int ELSE :scale::int END
+           AS rate_limit
+    FROM ({_AUTHENTICATE}) a
 ), lazy_commit AS (
     SELECT set_config('synchronous_commit', 'off', true)
 )
 SELECT k.*, r.allowed, r.current_count, r.previous_count, r.elapsed_fraction
 FROM k, lazy_commit, LATERAL mneme_rate_hit(k.workspace_id, k.rate_limit) r
-"""
+""")
 
 
 async def authenticate_and_count(
@@ -183,9 +187,10 @@ async def authenticate_and_count(
 ) -> tuple[Principal, ratelimit.Decision] | None:
     """The principal and its workspace's rate-limit decision; ``None`` for a bad key."""
     presented = digest(secret)
-    row = await conn.fetchrow(
-        AUTHENTICATE_AND_COUNT, presented, limits["free"], limits["pro"], limits["scale"]
-    )
+    row = await AUTHENTICATE_AND_COUNT.fetchrow(
+        conn, secret_sha256=presented, free=limits["free"], pro=limits["pro"],
+        scale=limits["scale"],
+    )  # fmt: skip
     if row is None or (principal := _principal(row, presented)) is None:
         return None
     decision = ratelimit.decision(
@@ -198,10 +203,10 @@ async def authenticate_and_count(
     return principal, decision
 
 
-KEY_WORKSPACE = "SELECT workspace_id FROM api_keys WHERE secret_sha256 = $1"
+KEY_WORKSPACE = NamedSQL("SELECT workspace_id FROM api_keys WHERE secret_sha256 = :secret_sha256")
 
 
 async def key_workspace(conn: Conn, secret: str) -> str | None:
     """The workspace a secret is registered in (revoked or not), if any."""
-    value: str | None = await conn.fetchval(KEY_WORKSPACE, digest(secret))
+    value: str | None = await KEY_WORKSPACE.fetchval(conn, secret_sha256=digest(secret))
     return value

@@ -6,6 +6,7 @@ migration) with the caller's principal, so an unreadable memory is simply "not f
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -15,6 +16,7 @@ import asyncpg
 from service.ids import new_id
 from service.queries import Conn
 from service.queries.keys import Principal
+from service.queries.named import NamedSQL
 
 
 @dataclass(frozen=True)
@@ -157,13 +159,19 @@ LIMIT 1
 """
 
 
-SELECT_STORE = f"SELECT {STORE_COLUMNS} FROM stores {store_named('$1', '$2')}"
+_SELECT_STORE = f"SELECT {STORE_COLUMNS} FROM stores {store_named(':workspace', ':ref')}"
 
+RESOLVE_STORE = NamedSQL(_SELECT_STORE)
 
 # For a write: the store's row stays until the writer commits (a delete of the store waits
 # for it, then deletes what it wrote), where the memory's foreign key, checked later, would
 # fail if the store were deleted in between.
-SELECT_STORE_FOR_WRITE = SELECT_STORE + "FOR KEY SHARE OF stores"
+SELECT_STORE_FOR_WRITE = NamedSQL(_SELECT_STORE + "FOR KEY SHARE OF stores")
+
+# The same statement numbered, for service.queries.search, which embeds it in a statement
+# that still numbers its own parameters: $1 the workspace, $2 the store's id or name.
+SELECT_STORE = RESOLVE_STORE.sql
+assert RESOLVE_STORE.names == ["workspace", "ref"]
 
 
 async def resolve_store(
@@ -171,108 +179,114 @@ async def resolve_store(
 ) -> Store | None:
     """A store by its ``memstore_…`` id (exact) or its name (case-insensitive);
     ``for_write`` keeps it from being deleted until the transaction ends."""
-    sql = SELECT_STORE_FOR_WRITE if for_write else SELECT_STORE
-    row = await conn.fetchrow(sql, workspace_id, ref)
-    return None if row is None else Store(**dict(row.items()))
+    statement = SELECT_STORE_FOR_WRITE if for_write else RESOLVE_STORE
+    row = await statement.fetchrow(conn, workspace=workspace_id, ref=ref)
+    return None if row is None else Store(**row)
 
 
-SELECT_SPEAKERS = """
-SELECT 'me' AS name, s.created_at FROM stores s WHERE s.workspace_id = $1 AND s.id = $2
+SELECT_SPEAKERS = NamedSQL("""
+SELECT 'me' AS name, s.created_at FROM stores s WHERE s.workspace_id = :workspace AND s.id = :store
 UNION ALL
 SELECT name, created_at FROM (
-    SELECT name, created_at FROM speakers WHERE workspace_id = $1 AND store_id = $2 ORDER BY name
+    SELECT name, created_at FROM speakers WHERE workspace_id = :workspace AND store_id = :store
+    ORDER BY name
 ) registered
-"""
+""")
 
 
 async def list_speakers(conn: Conn, workspace_id: str, store_id: str) -> list[tuple[str, datetime]]:
-    rows = await conn.fetch(SELECT_SPEAKERS, workspace_id, store_id)
+    rows = await SELECT_SPEAKERS.fetch(conn, workspace=workspace_id, store=store_id)
     return [(r["name"], r["created_at"]) for r in rows]
 
 
-INSERT_SPEAKER = """
-INSERT INTO speakers (workspace_id, store_id, name) VALUES ($1, $2, $3)
+INSERT_SPEAKER = NamedSQL("""
+INSERT INTO speakers (workspace_id, store_id, name) VALUES (:workspace, :store, :name)
 ON CONFLICT DO NOTHING
 RETURNING name, created_at
-"""
+""")
 
 
 async def add_speaker(
     conn: Conn, workspace_id: str, store_id: str, name: str
 ) -> tuple[str, datetime] | None:
     """``None`` when already registered."""
-    row = await conn.fetchrow(INSERT_SPEAKER, workspace_id, store_id, name)
+    row = await INSERT_SPEAKER.fetchrow(conn, workspace=workspace_id, store=store_id, name=name)
     return None if row is None else (row["name"], row["created_at"])
 
 
-DELETE_SPEAKER = """
-DELETE FROM speakers WHERE workspace_id = $1 AND store_id = $2 AND name = $3 RETURNING name
-"""
+DELETE_SPEAKER = NamedSQL("""
+DELETE FROM speakers WHERE workspace_id = :workspace AND store_id = :store AND name = :name
+RETURNING name
+""")
 
 
 async def delete_speaker(conn: Conn, workspace_id: str, store_id: str, name: str) -> bool:
-    return await conn.fetchval(DELETE_SPEAKER, workspace_id, store_id, name) is not None
+    found = await DELETE_SPEAKER.fetchval(conn, workspace=workspace_id, store=store_id, name=name)
+    return found is not None
 
 
-SPEAKER_EXISTS = """
-SELECT EXISTS (SELECT 1 FROM speakers WHERE workspace_id = $1 AND store_id = $2 AND name = $3)
-"""
+SPEAKER_EXISTS = NamedSQL("""
+SELECT EXISTS (SELECT 1 FROM speakers
+               WHERE workspace_id = :workspace AND store_id = :store AND name = :name)
+""")
 
 
 async def speaker_exists(conn: Conn, workspace_id: str, store_id: str, name: str) -> bool:
     if name == "me":
         return True
-    return bool(await conn.fetchval(SPEAKER_EXISTS, workspace_id, store_id, name))
+    found = await SPEAKER_EXISTS.fetchval(conn, workspace=workspace_id, store=store_id, name=name)
+    return bool(found)
 
 
 # --- reading one memory ---------------------------------------------------------------------
 
-SELECT_READABLE = f"""
+
+def readable_by(principal: Principal) -> dict[str, object]:
+    """The values of ``mneme_readable(scope, :is_service, :member, :rooms)`` for a caller,
+    with its ``:workspace``."""
+    return {
+        "workspace": principal.workspace_id, "is_service": principal.is_service,
+        "member": principal.member, "rooms": principal.rooms,
+    }  # fmt: skip
+
+
+_SELECT_READABLE = f"""
 SELECT {MEMORY_COLUMNS} FROM memories m
-WHERE m.workspace_id = $1 AND m.id = $2 AND mneme_readable(m.scope, $3, $4, $5)
+WHERE m.workspace_id = :workspace AND m.id = :id
+  AND mneme_readable(m.scope, :is_service, :member, :rooms)
 """
+SELECT_READABLE = NamedSQL(_SELECT_READABLE)
+SELECT_READABLE_FOR_UPDATE = NamedSQL(_SELECT_READABLE + " FOR UPDATE")
 
 
 async def get_readable(
     conn: Conn, principal: Principal, memory_id: str, *, for_update: bool = False
 ) -> Memory | None:
-    sql = SELECT_READABLE + (" FOR UPDATE" if for_update else "")
-    row = await conn.fetchrow(
-        sql,
-        principal.workspace_id,
-        memory_id,
-        principal.is_service,
-        principal.member,
-        principal.rooms,
-    )
+    statement = SELECT_READABLE_FOR_UPDATE if for_update else SELECT_READABLE
+    row = await statement.fetchrow(conn, id=memory_id, **readable_by(principal))
     return None if row is None else _memory(row)
 
 
-SELECT_MEDIA = """
+SELECT_MEDIA = NamedSQL("""
 SELECT m.media, m.media_type FROM memories m
-WHERE m.workspace_id = $1 AND m.id = $2 AND mneme_readable(m.scope, $3, $4, $5)
+WHERE m.workspace_id = :workspace AND m.id = :id
+  AND mneme_readable(m.scope, :is_service, :member, :rooms)
   AND m.media IS NOT NULL
-"""
+""")
 
 
 async def get_media(conn: Conn, principal: Principal, memory_id: str) -> tuple[bytes, str] | None:
-    row = await conn.fetchrow(
-        SELECT_MEDIA,
-        principal.workspace_id,
-        memory_id,
-        principal.is_service,
-        principal.member,
-        principal.rooms,
-    )
+    row = await SELECT_MEDIA.fetchrow(conn, id=memory_id, **readable_by(principal))
     return None if row is None else (bytes(row["media"]), row["media_type"])
 
 
-SELECT_BY_PROVIDER_REF = f"""
-SELECT {MEMORY_COLUMNS}, mneme_readable(m.scope, $5, $6, $7) AS readable
+SELECT_BY_PROVIDER_REF = NamedSQL(f"""
+SELECT {MEMORY_COLUMNS}, mneme_readable(m.scope, :is_service, :member, :rooms) AS readable
 FROM memories m
-WHERE m.workspace_id = $1 AND m.store_id = $2 AND m.provider = $3 AND m.provider_ref = $4
+WHERE m.workspace_id = :workspace AND m.store_id = :store AND m.provider = :provider
+  AND m.provider_ref = :provider_ref
 FOR UPDATE
-"""
+""")
 
 
 @dataclass(frozen=True)
@@ -286,10 +300,9 @@ async def by_provider_ref(
     conn: Conn, principal: Principal, store_id: str, provider: str, provider_ref: str
 ) -> Held | None:
     """Who holds (store, provider, providerRef): ``None`` when nobody does."""
-    row = await conn.fetchrow(
-        SELECT_BY_PROVIDER_REF, principal.workspace_id, store_id, provider, provider_ref,
-        principal.is_service, principal.member, principal.rooms,
-    )  # fmt: skip
+    row = await SELECT_BY_PROVIDER_REF.fetchrow(
+        conn, store=store_id, provider=provider, provider_ref=provider_ref, **readable_by(principal)
+    )
     if row is None:
         return None
     values = dict(row.items())
@@ -297,15 +310,15 @@ async def by_provider_ref(
     return Held(Memory(**values) if readable else None)
 
 
-SELECT_DUPLICATE = f"""
+SELECT_DUPLICATE = NamedSQL(f"""
 SELECT {MEMORY_COLUMNS} FROM memories m
-WHERE m.workspace_id = $1 AND m.store_id = $2 AND m.content_sha256 = $3
+WHERE m.workspace_id = :workspace AND m.store_id = :store AND m.content_sha256 = :sha256
   AND m.status = 'active' AND m.path IS NULL
-  AND m.scope = $4 AND m.speaker IS NOT DISTINCT FROM $5 AND m.text = $6
+  AND m.scope = :scope AND m.speaker IS NOT DISTINCT FROM :speaker AND m.text = :text
 ORDER BY m.id
 LIMIT 1
 FOR UPDATE
-"""
+""")
 
 
 async def find_duplicate(
@@ -317,9 +330,10 @@ async def find_duplicate(
     speaker: str | None,
     text: str,
 ) -> Memory | None:
-    row = await conn.fetchrow(
-        SELECT_DUPLICATE, workspace_id, store_id, sha256, scope, speaker, text
-    )
+    row = await SELECT_DUPLICATE.fetchrow(
+        conn, workspace=workspace_id, store=store_id, sha256=sha256, scope=scope,
+        speaker=speaker, text=text,
+    )  # fmt: skip
     return None if row is None else _memory(row)
 
 
@@ -330,22 +344,36 @@ Identity = tuple[str, str, str, str]
 # In one order (by lock id) whatever order the identities come in: two transactions
 # locking overlapping sets cannot each hold one the other waits for. The key is
 # mneme_identity_key (0011), the one a write made in one statement locks too.
-LOCK_IDENTITIES = """
+LOCK_IDENTITIES = NamedSQL("""
 SELECT count(pg_advisory_xact_lock(k)) FROM (
     SELECT DISTINCT mneme_identity_key(ws, store, provider, ref) AS k
-    FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS v(ws, store, provider, ref)
+    FROM unnest(:workspaces::text[], :stores::text[], :providers::text[], :refs::text[])
+        AS v(ws, store, provider, ref)
     ORDER BY k
 ) ordered
-"""
+""")
 
 
 async def lock_identities(conn: asyncpg.Connection, identities: list[Identity]) -> None:
     """Serialise writes that would decide the same identity (dedupe, upsert) until commit."""
     if identities:
-        await conn.execute(LOCK_IDENTITIES, *(list(part) for part in zip(*identities, strict=True)))
+        workspaces, stores, providers, refs = (list(p) for p in zip(*identities, strict=True))
+        await LOCK_IDENTITIES.execute(
+            conn, workspaces=workspaces, stores=stores, providers=providers, refs=refs
+        )
 
 
 # --- writing ------------------------------------------------------------------------------
+
+
+@functools.cache
+def insert_statement(columns: tuple[str, ...]) -> NamedSQL:
+    """Inserts a memory that sets ``columns`` (each given by its own name)."""
+    return NamedSQL(
+        f"INSERT INTO memories AS m (workspace_id, id, store_id, {', '.join(columns)}) "
+        f"VALUES (:workspace, :id, :store, {', '.join(f':{c}' for c in columns)}) "
+        f"RETURNING {MEMORY_COLUMNS}"
+    )
 
 
 async def insert(
@@ -358,24 +386,19 @@ async def insert(
     if "provider_ref" not in fields:
         columns.append("provider_ref")
         fields = {**fields, "provider_ref": memory_id}
-    names = ", ".join(columns)
-    params = ", ".join(f"${i + 4}" for i in range(len(columns)))
-    sql = (
-        f"INSERT INTO memories AS m (workspace_id, id, store_id, {names}) "
-        f"VALUES ($1, $2, $3, {params}) RETURNING {MEMORY_COLUMNS}"
+    statement = insert_statement(tuple(columns))
+    row = await statement.fetchrow(
+        conn, workspace=workspace_id, id=memory_id, store=store_id, **fields
     )
-    row = await conn.fetchrow(sql, workspace_id, memory_id, store_id, *(fields[c] for c in columns))
     assert row is not None
     return _memory(row)
 
 
-async def update(
-    conn: asyncpg.Connection, workspace_id: str, memory_id: str, changes: dict[str, Any]
-) -> Memory:
-    """Set the given columns; re-queue for embedding when what is embedded changed."""
-    columns = [c for c in WRITABLE if c in changes]
-    assert set(changes) == set(columns), set(changes) - set(columns)
-    sets = [f"{c} = ${i + 3}" for i, c in enumerate(columns)]
+@functools.cache
+def update_statement(columns: tuple[str, ...]) -> NamedSQL:
+    """Sets ``columns`` (each given by its own name); re-queues the memory for embedding
+    when what is embedded changes."""
+    sets = [f"{c} = :{c}" for c in columns]
     sets.append("updated_at = now()")
     if "text" in columns:
         sets.append("text_tokens = NULL")  # counted again by the worker
@@ -387,118 +410,125 @@ async def update(
             "embedding_error = NULL",
             "embedding_lease_until = NULL",
         ]
-    sql = (
+    return NamedSQL(
         f"UPDATE memories AS m SET {', '.join(sets)} "
-        f"WHERE m.workspace_id = $1 AND m.id = $2 RETURNING {MEMORY_COLUMNS}"
+        f"WHERE m.workspace_id = :workspace AND m.id = :id RETURNING {MEMORY_COLUMNS}"
     )
+
+
+async def update(
+    conn: asyncpg.Connection, workspace_id: str, memory_id: str, changes: dict[str, Any]
+) -> Memory:
+    """Set the given columns; re-queue for embedding when what is embedded changed."""
+    columns = tuple(c for c in WRITABLE if c in changes)
+    assert set(changes) == set(columns), set(changes) - set(columns)
     if "last_used_at" in changes:  # a value given by the writer is the one read back
-        await conn.execute(FORGET_USES, workspace_id, memory_id)
-    row = await conn.fetchrow(sql, workspace_id, memory_id, *(changes[c] for c in columns))
+        await FORGET_USES.execute(conn, workspace=workspace_id, id=memory_id)
+    row = await update_statement(columns).fetchrow(
+        conn, workspace=workspace_id, id=memory_id, **changes
+    )
     assert row is not None
     return _memory(row)
 
 
-FORGET_USES = "DELETE FROM memory_uses WHERE workspace_id = $1 AND memory_id = $2"
+FORGET_USES = NamedSQL(
+    "DELETE FROM memory_uses WHERE workspace_id = :workspace AND memory_id = :id"
+)
 
-BUMP_PROOF = f"""
+BUMP_PROOF = NamedSQL(f"""
 UPDATE memories AS m SET proof_count = coalesce(m.proof_count, 1) + 1, updated_at = now()
-WHERE m.workspace_id = $1 AND m.id = $2
+WHERE m.workspace_id = :workspace AND m.id = :id
 RETURNING {MEMORY_COLUMNS}
-"""
+""")
 
 
 async def bump_proof(conn: asyncpg.Connection, workspace_id: str, memory_id: str) -> Memory:
-    row = await conn.fetchrow(BUMP_PROOF, workspace_id, memory_id)
+    row = await BUMP_PROOF.fetchrow(conn, workspace=workspace_id, id=memory_id)
     assert row is not None
     return _memory(row)
 
 
-SET_SUPERSEDED = f"""
-UPDATE memories AS m SET superseded_by = $3, updated_at = now()
-WHERE m.workspace_id = $1 AND m.id = $2
+SET_SUPERSEDED = NamedSQL(f"""
+UPDATE memories AS m SET superseded_by = :by, updated_at = now()
+WHERE m.workspace_id = :workspace AND m.id = :id
 RETURNING {MEMORY_COLUMNS}
-"""
+""")
 
 
 async def set_superseded(
     conn: asyncpg.Connection, workspace_id: str, memory_id: str, by: str
 ) -> Memory:
-    row = await conn.fetchrow(SET_SUPERSEDED, workspace_id, memory_id, by)
+    row = await SET_SUPERSEDED.fetchrow(conn, workspace=workspace_id, id=memory_id, by=by)
     assert row is not None
     return _memory(row)
 
 
-PURGE = "DELETE FROM memories WHERE workspace_id = $1 AND id = $2 RETURNING store_id"
+PURGE = NamedSQL(
+    "DELETE FROM memories WHERE workspace_id = :workspace AND id = :id RETURNING store_id"
+)
 
 
 async def purge(conn: asyncpg.Connection, workspace_id: str, memory_id: str) -> str | None:
     """Erase the row, its media, vectors and versions for good; returns its store id."""
-    store_id: str | None = await conn.fetchval(PURGE, workspace_id, memory_id)
+    store_id: str | None = await PURGE.fetchval(conn, workspace=workspace_id, id=memory_id)
     return store_id
 
 
 # --- versions -----------------------------------------------------------------------------
 
-INSERT_VERSION = """
+INSERT_VERSION = NamedSQL("""
 INSERT INTO memory_versions
     (workspace_id, id, memory_id, operation, actor, text, metadata, content_sha256, path, status)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-"""
+VALUES (:workspace, :id, :memory_id, :operation, :actor, :text, :metadata, :content_sha256,
+        :path, :status)
+""")
 
 
 async def add_version(
     conn: asyncpg.Connection, workspace_id: str, memory: Memory, operation: str, actor: str | None
 ) -> None:
-    await conn.execute(
-        INSERT_VERSION,
-        workspace_id,
-        new_id("memver"),
-        memory.id,
-        operation,
-        actor,
-        memory.text,
-        memory.metadata,
-        memory.content_sha256,
-        memory.path,
-        memory.status,
-    )
+    await INSERT_VERSION.execute(
+        conn, workspace=workspace_id, id=new_id("memver"), memory_id=memory.id,
+        operation=operation, actor=actor, text=memory.text, metadata=memory.metadata,
+        content_sha256=memory.content_sha256, path=memory.path, status=memory.status,
+    )  # fmt: skip
 
 
-SELECT_VERSIONS = """
+SELECT_VERSIONS = NamedSQL("""
 SELECT id, operation, actor, content_sha256, path, status, created_at, text
-FROM memory_versions WHERE workspace_id = $1 AND memory_id = $2
+FROM memory_versions WHERE workspace_id = :workspace AND memory_id = :memory_id
 ORDER BY id DESC
-"""
+""")
 
 
 async def list_versions(conn: Conn, workspace_id: str, memory_id: str) -> list[Version]:
-    rows = await conn.fetch(SELECT_VERSIONS, workspace_id, memory_id)
-    return [Version(**dict(r.items())) for r in rows]
+    rows = await SELECT_VERSIONS.fetch(conn, workspace=workspace_id, memory_id=memory_id)
+    return [Version(**r) for r in rows]
 
 
 # --- retention ----------------------------------------------------------------------------
 
-ARCHIVE_DUE = f"""
+ARCHIVE_DUE = NamedSQL(f"""
 WITH due AS (
     SELECT m.workspace_id, m.id FROM memories m
     WHERE m.status = 'active'
       AND ((m.expires_at IS NOT NULL AND m.expires_at <= now())
-           OR (m.transitory AND {LAST_USED_AT} < now() - make_interval(secs => $1)))
+           OR (m.transitory AND {LAST_USED_AT} < now() - make_interval(secs => :idle_s)))
     ORDER BY m.workspace_id, m.id
-    LIMIT $2
+    LIMIT :limit
     FOR UPDATE OF m SKIP LOCKED
 )
 UPDATE memories m SET status = 'archived', updated_at = now()
 FROM due WHERE m.workspace_id = due.workspace_id AND m.id = due.id
 RETURNING m.workspace_id, {MEMORY_COLUMNS}
-"""
+""")
 
 
 async def archive_due(
     conn: asyncpg.Connection, transitory_idle_s: float, limit: int = 1000
 ) -> list[tuple[str, Memory]]:
     """Archive expired memories and idle transitory ones (one batch); returns them."""
-    rows = await conn.fetch(ARCHIVE_DUE, transitory_idle_s, limit)
+    rows = await ARCHIVE_DUE.fetch(conn, idle_s=transitory_idle_s, limit=limit)
     out = []
     for r in rows:
         values = dict(r.items())

@@ -5,12 +5,20 @@ placeholders is compiled once (at import) into ``$n`` form, and ``args`` lays ou
 values by name, so a statement with twenty-odd parameters is read and edited by name
 rather than by keeping ``$17`` straight in a comment. A name used twice is one
 parameter. Casts (``::vector``), quoted literals and comments are left alone.
+
+``fetch``, ``fetchrow``, ``fetchval`` and ``execute`` run the statement on a connection or
+the pool with its values given by keyword: ``await SELECT_ROOM.fetchrow(conn, room=...)``.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any
+
+import asyncpg
+
+from service.queries import Conn
 
 # A comment or a quoted literal (both kept as they are), or a :name that is not the second
 # colon of a ``::`` cast.
@@ -38,3 +46,18 @@ class NamedSQL:
         if missing or extra:
             raise KeyError(f"SQL parameters: missing {missing}, unexpected {extra}")
         return [values[n] for n in self.names]
+
+    async def fetch(self, conn: Conn, /, **values: object) -> list[asyncpg.Record]:
+        rows: list[asyncpg.Record] = await conn.fetch(self.sql, *self.args(values))
+        return rows
+
+    async def fetchrow(self, conn: Conn, /, **values: object) -> asyncpg.Record | None:
+        row: asyncpg.Record | None = await conn.fetchrow(self.sql, *self.args(values))
+        return row
+
+    async def fetchval(self, conn: Conn, /, **values: object) -> Any:
+        return await conn.fetchval(self.sql, *self.args(values))
+
+    async def execute(self, conn: Conn, /, **values: object) -> str:
+        status: str = await conn.execute(self.sql, *self.args(values))
+        return status

@@ -14,12 +14,15 @@ import math
 from dataclasses import dataclass
 
 from service.queries import Conn
+from service.queries.named import NamedSQL
 
 # The check-and-count itself is the SQL function mneme_rate_hit (first migration), so the
 # authentication query can run it in the same round trip (keys.authenticate).
-HIT = "SELECT * FROM mneme_rate_hit($1, $2)"
+HIT = NamedSQL("SELECT * FROM mneme_rate_hit(:workspace, :limit)")
 
-PRUNE = "DELETE FROM rate_limit_counters WHERE window_start < now() - interval '2 minutes'"
+PRUNE = NamedSQL(
+    "DELETE FROM rate_limit_counters WHERE window_start < now() - interval '2 minutes'"
+)
 
 
 @dataclass(frozen=True)
@@ -48,10 +51,13 @@ def decision(limit: int, allowed: bool, current: int, previous: int, elapsed: fl
 
 
 async def hit(conn: Conn, workspace_id: str, limit: int) -> Decision:
-    row = await conn.fetchrow(HIT, workspace_id, limit)
+    row = await HIT.fetchrow(conn, workspace=workspace_id, limit=limit)
     assert row is not None
-    return decision(limit, *row.values())
+    return decision(
+        limit, row["allowed"], row["current_count"], row["previous_count"],
+        row["elapsed_fraction"],
+    )  # fmt: skip
 
 
 async def prune(conn: Conn) -> None:
-    await conn.execute(PRUNE)
+    await PRUNE.execute(conn)

@@ -164,11 +164,14 @@ async def create_synced(
     values = _values(workspace_id, actor, store, columns)
     values.setdefault("speaker", None)
     values.setdefault("provider", "mneme")
-    row = await conn.fetchrow(statement.sql, *statement.args(values))
+    row = await statement.fetchrow(conn, **values)
     assert row is not None
     found = dict(row.items())
-    named = (found["named_id"], found["named_name"], bool(found["speaker_known"]))
-    return Outcome(*named, memory=None if found["id"] is None else _memory(found))
+    return Outcome(
+        store_id=found["named_id"], store_name=found["named_name"],
+        speaker_known=bool(found["speaker_known"]),
+        memory=None if found["id"] is None else _memory(found),
+    )  # fmt: skip
 
 
 async def store_and_lock(
@@ -178,7 +181,7 @@ async def store_and_lock(
     lock is held when it is); None when there is no such store."""
     values = {"workspace": workspace_id, "store": store, "speaker": speaker,
               "content_sha256": sha256}  # fmt: skip
-    row = await conn.fetchrow(STORE_AND_LOCK.sql, *STORE_AND_LOCK.args(values))
+    row = await STORE_AND_LOCK.fetchrow(conn, **values)
     return None if row is None else (row["id"], row["name"], row["speaker_known"])
 
 
@@ -201,7 +204,7 @@ async def create_plain(
         "same_speaker": columns.get("speaker"),
     }  # fmt: skip
     del values["store"]
-    row = await conn.fetchrow(statement.sql, *statement.args(values))
+    row = await statement.fetchrow(conn, **values)
     assert row is not None
     found = dict(row.items())
     created = bool(found["created"])

@@ -17,7 +17,8 @@ import asyncpg
 from service.ids import new_id
 from service.queries import Conn
 from service.queries.keys import Principal
-from service.queries.memories import STORE_COLUMNS, Store
+from service.queries.memories import STORE_COLUMNS, Store, readable_by
+from service.queries.named import NamedSQL
 
 MAX_CODE_POINT = 0x10FFFF
 
@@ -39,12 +40,12 @@ def successor(prefix: str) -> str | None:
 # --- stores -------------------------------------------------------------------------------
 
 
-INSERT_STORE = f"""
+INSERT_STORE = NamedSQL(f"""
 INSERT INTO stores (workspace_id, id, name, description, metadata, strip_temporal)
-VALUES ($1, $2, $3, $4, $5, $6)
+VALUES (:workspace, :id, :name, :description, :metadata, :strip_temporal)
 ON CONFLICT DO NOTHING
 RETURNING {STORE_COLUMNS}
-"""
+""")
 
 
 async def create_store(
@@ -56,18 +57,19 @@ async def create_store(
     strip_temporal: bool,
 ) -> Store | None:
     """``None`` when the name is taken (case-insensitively)."""
-    row = await conn.fetchrow(
-        INSERT_STORE, workspace_id, new_id("memstore"), name, description, metadata, strip_temporal
-    )
-    return None if row is None else Store(*row)
+    row = await INSERT_STORE.fetchrow(
+        conn, workspace=workspace_id, id=new_id("memstore"), name=name, description=description,
+        metadata=metadata, strip_temporal=strip_temporal,
+    )  # fmt: skip
+    return None if row is None else Store(**row)
 
 
-UPDATE_STORE = f"""
-UPDATE stores SET name = $3, description = $4, metadata = $5, strip_temporal = $6,
-                  updated_at = now()
-WHERE workspace_id = $1 AND id = $2
+UPDATE_STORE = NamedSQL(f"""
+UPDATE stores SET name = :name, description = :description, metadata = :metadata,
+                  strip_temporal = :strip_temporal, updated_at = now()
+WHERE workspace_id = :workspace AND id = :id
 RETURNING {STORE_COLUMNS}
-"""
+""")
 
 
 async def update_store(
@@ -81,25 +83,26 @@ async def update_store(
 ) -> Store | None:
     """``None`` when the store is gone (deleted meanwhile); raises
     ``asyncpg.UniqueViolationError`` when the new name is taken."""
-    row = await conn.fetchrow(
-        UPDATE_STORE, workspace_id, store.id, name, description, metadata, strip_temporal
-    )
-    return None if row is None else Store(*row)
+    row = await UPDATE_STORE.fetchrow(
+        conn, workspace=workspace_id, id=store.id, name=name, description=description,
+        metadata=metadata, strip_temporal=strip_temporal,
+    )  # fmt: skip
+    return None if row is None else Store(**row)
 
 
-LIST_STORES_AFTER = f"""
+LIST_STORES_AFTER = NamedSQL(f"""
 SELECT {STORE_COLUMNS} FROM stores
-WHERE workspace_id = $1 AND id > $2
+WHERE workspace_id = :workspace AND id > :after
 ORDER BY id
-LIMIT $3
-"""
+LIMIT :limit
+""")
 
-LIST_STORES_BEFORE = f"""
+LIST_STORES_BEFORE = NamedSQL(f"""
 SELECT {STORE_COLUMNS} FROM stores
-WHERE workspace_id = $1 AND id < $2
+WHERE workspace_id = :workspace AND id < :before
 ORDER BY id DESC
-LIMIT $3
-"""
+LIMIT :limit
+""")
 
 
 async def list_stores(
@@ -107,26 +110,31 @@ async def list_stores(
 ) -> tuple[list[Store], bool]:
     """A page of stores by creation (id) ascending, and whether more lie in that direction."""
     if before is not None:
-        rows = await conn.fetch(LIST_STORES_BEFORE, workspace_id, before, limit + 1)
-        stores = [Store(*r) for r in rows[:limit]]
+        rows = await LIST_STORES_BEFORE.fetch(
+            conn, workspace=workspace_id, before=before, limit=limit + 1
+        )
+        stores = [Store(**r) for r in rows[:limit]]
         stores.reverse()
     else:
-        rows = await conn.fetch(LIST_STORES_AFTER, workspace_id, after, limit + 1)
-        stores = [Store(*r) for r in rows[:limit]]
+        rows = await LIST_STORES_AFTER.fetch(
+            conn, workspace=workspace_id, after=after, limit=limit + 1
+        )
+        stores = [Store(**r) for r in rows[:limit]]
     return stores, len(rows) > limit
 
 
-HAS_ACTIVE = """
+HAS_ACTIVE = NamedSQL("""
 SELECT EXISTS (
-    SELECT 1 FROM memories WHERE workspace_id = $1 AND store_id = $2 AND status = 'active'
+    SELECT 1 FROM memories
+    WHERE workspace_id = :workspace AND store_id = :store AND status = 'active'
 )
-"""
+""")
 
-DELETE_STORE = "DELETE FROM stores WHERE workspace_id = $1 AND id = $2"
+DELETE_STORE = NamedSQL("DELETE FROM stores WHERE workspace_id = :workspace AND id = :id")
 
 
 async def has_active(conn: Conn, workspace_id: str, store_id: str) -> bool:
-    return bool(await conn.fetchval(HAS_ACTIVE, workspace_id, store_id))
+    return bool(await HAS_ACTIVE.fetchval(conn, workspace=workspace_id, store=store_id))
 
 
 # A deleted store's version row (0008_store_versions.sql: no foreign key, so that stamping a
@@ -144,7 +152,7 @@ async def prune_versions(conn: Conn) -> None:
 
 async def delete_store(conn: asyncpg.Connection, workspace_id: str, store_id: str) -> None:
     """Deletes the store with all its memories, versions and speakers (cascade)."""
-    await conn.execute(DELETE_STORE, workspace_id, store_id)
+    await DELETE_STORE.execute(conn, workspace=workspace_id, id=store_id)
 
 
 # --- path-addressed memories ------------------------------------------------------------------
@@ -167,18 +175,19 @@ ENTRY_COLUMNS = "id, path, content_size_bytes, content_sha256, metadata, created
 
 _LIST = f"""
 SELECT {ENTRY_COLUMNS} FROM memories
-WHERE workspace_id = $1 AND store_id = $2
+WHERE workspace_id = :workspace AND store_id = :store
   AND path IS NOT NULL AND status <> 'deleted'
-  AND mneme_readable(scope, $6, $7, $8)
-  AND path >= $3 {{upper}}
-  AND path {{op}} $4
+  AND mneme_readable(scope, :is_service, :member, :rooms)
+  AND path >= :prefix {{upper}}
+  AND path {{op}} :cursor
 ORDER BY path {{direction}}
-LIMIT $5
+LIMIT :limit
 """
 
 
-def _list_sql(op: str, direction: str, bounded: bool) -> str:
-    return _LIST.format(op=op, direction=direction, upper="AND path < $9" if bounded else "")
+def _list_sql(op: str, direction: str, bounded: bool) -> NamedSQL:
+    upper = "AND path < :upper" if bounded else ""
+    return NamedSQL(_LIST.format(op=op, direction=direction, upper=upper))
 
 
 # Static statements, one per (direction, prefix bounded or not).
@@ -200,39 +209,35 @@ async def list_entries(
 ) -> tuple[list[Entry], bool]:
     """A page in (path, id) order, ascending; and whether more lie in the paging direction."""
     upper = successor(prefix)
-    who = [principal.is_service, principal.member, principal.rooms]
-    extra = [] if upper is None else [upper]
-    ws = principal.workspace_id
+    values = {
+        **readable_by(principal), "store": store_id, "prefix": prefix, "limit": limit + 1,
+        **({} if upper is None else {"upper": upper}),
+    }  # fmt: skip
     if before_path is not None:
-        sql = LIST_BEFORE if upper is None else LIST_BEFORE_BOUNDED
-        rows = await conn.fetch(sql, ws, store_id, prefix, before_path, limit + 1, *who, *extra)
-        entries = [Entry(*r) for r in rows[:limit]]
+        statement = LIST_BEFORE if upper is None else LIST_BEFORE_BOUNDED
+        rows = await statement.fetch(conn, cursor=before_path, **values)
+        entries = [Entry(**r) for r in rows[:limit]]
         entries.reverse()
     else:
-        sql = LIST_AFTER if upper is None else LIST_AFTER_BOUNDED
+        statement = LIST_AFTER if upper is None else LIST_AFTER_BOUNDED
         start = after_path if after_path is not None else ""
         # "" sorts before every path, so (path > "") is the first page.
-        rows = await conn.fetch(sql, ws, store_id, prefix, start, limit + 1, *who, *extra)
-        entries = [Entry(*r) for r in rows[:limit]]
+        rows = await statement.fetch(conn, cursor=start, **values)
+        entries = [Entry(**r) for r in rows[:limit]]
     return entries, len(rows) > limit
 
 
-PATH_OF = """
+PATH_OF = NamedSQL("""
 SELECT path FROM memories
-WHERE workspace_id = $1 AND store_id = $2 AND id = $3 AND path IS NOT NULL AND status <> 'deleted'
-  AND mneme_readable(scope, $4, $5, $6)
-"""
+WHERE workspace_id = :workspace AND store_id = :store AND id = :id
+  AND path IS NOT NULL AND status <> 'deleted'
+  AND mneme_readable(scope, :is_service, :member, :rooms)
+""")
 
 
 async def path_of(conn: Conn, principal: Principal, store_id: str, memory_id: str) -> str | None:
     """The path of a memory this caller could see listed in the store (after/before_id)."""
-    value: str | None = await conn.fetchval(
-        PATH_OF,
-        principal.workspace_id,
-        store_id,
-        memory_id,
-        principal.is_service,
-        principal.member,
-        principal.rooms,
+    value: str | None = await PATH_OF.fetchval(
+        conn, store=store_id, id=memory_id, **readable_by(principal)
     )
     return value

@@ -22,20 +22,22 @@ from service.http.inputs import decode_json
 from service.http.json import iso, iso_or_none
 from service.queries import memories as q
 from service.queries.keys import Principal
+from service.queries.named import NamedSQL
 from service.write import rules
 from service.write.bulk import write_many
 
 BATCH = 500
 
-EXPORT = f"""
+EXPORT = NamedSQL(f"""
 SELECT m.text, m.scope, m.tier, m.fact_type, m.status, m.provider, m.provider_ref,
        m.entity_refs, m.proof_count, m.category, m.importance, m.speaker, m.event_date,
        m.path, m.metadata, m.expires_at, m.transitory, m.first_seen_at,
        {q.LAST_USED_AT} AS last_used_at, m.media, m.media_type
 FROM memories m
-WHERE m.workspace_id = $1 AND m.store_id = $2 AND (m.status <> 'deleted' OR $3)
+WHERE m.workspace_id = :workspace AND m.store_id = :store
+  AND (m.status <> 'deleted' OR :include_deleted)
 ORDER BY m.created_at, m.id
-"""
+""")
 
 
 def export_line(r: asyncpg.Record) -> dict[str, Any]:
@@ -75,7 +77,8 @@ async def export_store(
     """JSON lines, streamed through a server-side cursor (constant memory)."""
     encoder = msgspec.json.Encoder()
     async with conn.transaction(isolation="repeatable_read", readonly=True):
-        async for row in conn.cursor(EXPORT, workspace_id, store_id, include_deleted, prefetch=500):
+        values = {"workspace": workspace_id, "store": store_id, "include_deleted": include_deleted}
+        async for row in conn.cursor(EXPORT.sql, *EXPORT.args(values), prefetch=500):
             yield encoder.encode(export_line(row)) + b"\n"
 
 

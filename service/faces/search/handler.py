@@ -32,9 +32,9 @@ from service.http.errors import ApiError, not_found
 from service.http.inputs import body_of
 from service.http.middleware import phase, principal_of
 from service.ops import db
+from service.queries import cache
 from service.queries import memories as q
 from service.queries import search as sq
-from service.queries import usage
 from service.queries.search import Candidate, SearchFilters
 from service.retrieval import ranking, snapshots
 from service.retrieval.verify import VERIFY_DEPTH, verify_passes
@@ -132,14 +132,14 @@ async def _search(
     # The cache: one entry per (store, model, options, reader); valid while the store is
     # unchanged.
     visibility = hashlib.sha256(principal.visibility.encode()).digest()
-    cache_key = usage.CacheKey(
+    cache_key = cache.CacheKey(
         principal.workspace_id, store.id, model.name, options_key(req), visibility
     )
     entry = None
     query_tokens = 0
     if req.cache is not None:
         query_tokens = embedder.count_tokens(req.query)
-        entry = await usage.cached(pool, cache_key)
+        entry = await cache.cached(pool, cache_key)
         if entry is not None and entry.store_version != store.version:
             entry = None
         if entry is not None and entry.query == req.query:
@@ -169,9 +169,9 @@ async def _search(
         )
         units = 0.1 * cached_part + rate * (query_tokens - cached_part) + result_tokens
         cache_header = "write"
-        await usage.put_cached(
+        await cache.put_cached(
             pool, cache_key,
-            usage.Cached(req.query, query_tokens, result_tokens, store.version, returned, encoded,
+            cache.Cached(req.query, query_tokens, result_tokens, store.version, returned, encoded,
                          datetime.now(UTC)),
             TTL_S[req.cache],
         )  # fmt: skip
