@@ -30,8 +30,7 @@ from service.ids import is_name
 from service.ops import db, logs, migrations
 from service.ops.bootstrap import print_first_key
 from service.ops.model import load_embedder, worker_config, worker_listen
-from service.queries import keys, tenancy
-from service.queries import memories as q
+from service.queries import keys, memories, tenancy
 from service.settings import TIERS, Settings, SettingsError
 from service.write import transfer
 
@@ -279,8 +278,8 @@ async def cmd_reembed(settings: Settings, args: argparse.Namespace) -> None:
         print(f"embedded {worker.stats.embedded}, failed {worker.stats.failed}", file=sys.stderr)
 
 
-async def _store(pool: asyncpg.Pool, workspace: tenancy.Workspace, ref: str) -> q.Store:
-    store = await q.resolve_store(pool, workspace.id, ref)
+async def _store(pool: asyncpg.Pool, workspace: tenancy.Workspace, ref: str) -> memories.Store:
+    store = await memories.resolve_store(pool, workspace.id, ref)
     if store is None:
         raise CliError(f"no store {ref!r} in workspace {workspace.name!r}")
     return store

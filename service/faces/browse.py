@@ -20,8 +20,7 @@ from service.http.errors import bad_request, not_found
 from service.http.json import json_response
 from service.http.middleware import principal_of
 from service.ids import id_pattern
-from service.queries import browse
-from service.queries import memories as q
+from service.queries import browse, memories
 from service.write.fields import STATUSES, TIERS, query_int
 
 DEFAULT_LIMIT = 25
@@ -90,7 +89,7 @@ async def list_memories(request: web.Request) -> web.Response:
     limit, capped = parse_limit(_param(request, "limit"))
     store_id = None
     if (store_ref := _param(request, "store")) is not None:
-        store = await q.resolve_store(pool, principal.workspace_id, store_ref)
+        store = await memories.resolve_store(pool, principal.workspace_id, store_ref)
         if store is None:
             raise not_found(f"Store {store_ref!r} not found")
         store_id = store.id

@@ -15,8 +15,7 @@ from service.http.errors import bad_request, conflict, forbidden, not_found
 from service.http.inputs import body_of, read_body
 from service.http.json import iso, json_response
 from service.http.middleware import principal_of
-from service.queries import idempotency
-from service.queries import memories as q
+from service.queries import idempotency, memories
 from service.write import rules, single
 from service.write.bulk import write_many
 
@@ -85,7 +84,7 @@ def _rendered(results: list[rules.Written], batch: bool) -> tuple[int, bytes]:
 
 async def get_memory(request: web.Request) -> web.Response:
     memory_id = request.match_info["memory_id"]
-    memory = await q.get_readable(request.app[POOL], principal_of(request), memory_id)
+    memory = await memories.get_readable(request.app[POOL], principal_of(request), memory_id)
     if memory is None:
         raise not_found(f"Memory {memory_id!r} not found")
     return json_response(memory_object(memory))
@@ -121,7 +120,7 @@ async def versions_body(
 ) -> dict[str, Any]:
     """A memory's versions, newest first, as both faces show them; ``with_text``: each with
     the memory's text as that version left it (the write API's ``?include=text``)."""
-    versions = await q.list_versions(pool, workspace_id, memory_id)
+    versions = await memories.list_versions(pool, workspace_id, memory_id)
     return {
         "data": [
             {
@@ -146,7 +145,7 @@ async def list_versions(request: web.Request) -> web.Response:
     if include not in ("", "text"):
         raise bad_request(f"include may only be 'text', got {include!r}", param="include")
     pool = request.app[READ_POOL]  # may lag the primary (MNEME_READ_DATABASE_URL)
-    if await q.get_readable(pool, principal, memory_id) is None:
+    if await memories.get_readable(pool, principal, memory_id) is None:
         raise not_found(f"Memory {memory_id!r} not found")
     body = await versions_body(pool, principal.workspace_id, memory_id, with_text=bool(include))
     return json_response(body)
@@ -154,7 +153,7 @@ async def list_versions(request: web.Request) -> web.Response:
 
 async def get_media(request: web.Request) -> web.Response:
     memory_id = request.match_info["memory_id"]
-    found = await q.get_media(request.app[POOL], principal_of(request), memory_id)
+    found = await memories.get_media(request.app[POOL], principal_of(request), memory_id)
     if found is None:
         raise not_found(f"Memory {memory_id!r} has no media")
     data, media_type = found

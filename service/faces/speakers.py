@@ -13,7 +13,7 @@ from service.http.errors import bad_request, conflict, not_found
 from service.http.inputs import read_body
 from service.http.json import iso, json_response
 from service.http.middleware import principal_of
-from service.queries import memories as q
+from service.queries import memories
 
 MAX_SPEAKER_CHARS = 64
 
@@ -36,9 +36,9 @@ def check_speaker_name(name: str) -> str:
     return name
 
 
-async def _store(request: web.Request) -> q.Store:
+async def _store(request: web.Request) -> memories.Store:
     ref = request.match_info["store"]
-    store = await q.resolve_store(request.app[POOL], principal_of(request).workspace_id, ref)
+    store = await memories.resolve_store(request.app[POOL], principal_of(request).workspace_id, ref)
     if store is None:
         raise not_found(f"Store {ref!r} not found")
     return store
@@ -46,7 +46,9 @@ async def _store(request: web.Request) -> q.Store:
 
 async def list_speakers(request: web.Request) -> web.Response:
     store = await _store(request)
-    found = await q.list_speakers(request.app[POOL], principal_of(request).workspace_id, store.id)
+    found = await memories.list_speakers(
+        request.app[POOL], principal_of(request).workspace_id, store.id
+    )
     return json_response({"data": [{"name": n, "created_at": iso(t)} for n, t in found]})
 
 
@@ -58,7 +60,7 @@ async def add_speaker(request: web.Request) -> web.Response:
         raise conflict("Speaker 'me' (the agent itself) always exists")
     workspace = principal_of(request).workspace_id
     try:
-        added = await q.add_speaker(request.app[POOL], workspace, store.id, name)
+        added = await memories.add_speaker(request.app[POOL], workspace, store.id, name)
     except asyncpg.ForeignKeyViolationError:  # the store was deleted since it was looked up
         raise not_found(f"Store {store.id!r} not found") from None
     if added is None:
@@ -72,6 +74,6 @@ async def delete_speaker(request: web.Request) -> web.Response:
     if name == "me":  # a conflict with what always exists, as adding it again is
         raise conflict("Speaker 'me' (the agent itself) always exists and cannot be removed")
     workspace = principal_of(request).workspace_id
-    if not await q.delete_speaker(request.app[POOL], workspace, store.id, name):
+    if not await memories.delete_speaker(request.app[POOL], workspace, store.id, name):
         raise not_found(f"Speaker {name!r} is not registered in store {store.name!r}")
     return web.Response(status=204)

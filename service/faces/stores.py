@@ -21,8 +21,7 @@ from service.http.inputs import read_body
 from service.http.json import iso, json_response
 from service.http.middleware import principal_of
 from service.ids import is_name
-from service.queries import memories as q
-from service.queries import stores as sq
+from service.queries import memories, stores
 from service.queries.keys import Principal
 from service.queries.memories import Memory, Store
 from service.write import fields, rules
@@ -71,7 +70,7 @@ def store_object(s: Store) -> dict[str, Any]:
     }
 
 
-def entry_object(e: sq.Entry | Memory, store_id: str) -> dict[str, Any]:
+def entry_object(e: stores.Entry | Memory, store_id: str) -> dict[str, Any]:
     assert e.path is not None
     return {
         "id": e.id,
@@ -127,7 +126,7 @@ async def the_store(request: web.Request, *, read: bool = False) -> Store:
     MNEME_READ_DATABASE_URL's standby, if set), not for a write."""
     ref = request.match_info["store_id"]
     pool = request.app[READ_POOL if read else POOL]
-    store = await q.resolve_store(pool, principal_of(request).workspace_id, ref)
+    store = await memories.resolve_store(pool, principal_of(request).workspace_id, ref)
     if store is None:
         raise not_found(f"Memory store {ref!r} not found")
     return store
@@ -149,7 +148,7 @@ def check_store_fields(name: str | None, metadata: dict[str, str] | None) -> Non
 async def create_store(request: web.Request) -> web.Response:
     body = await read_body(request, StoreCreate)
     check_store_fields(body.name, body.metadata)
-    store = await sq.create_store(
+    store = await stores.create_store(
         request.app[POOL], principal_of(request).workspace_id, body.name, body.description,
         body.metadata, body.strip_temporal,
     )  # fmt: skip
@@ -161,11 +160,11 @@ async def create_store(request: web.Request) -> web.Response:
 async def list_stores(request: web.Request) -> web.Response:
     limit = parse_limit(request)
     after, before = paging_ids(request)
-    stores, has_more = await sq.list_stores(
+    found, has_more = await stores.list_stores(
         request.app[READ_POOL], principal_of(request).workspace_id,
         after=after or "", before=before, limit=limit,
     )  # fmt: skip
-    return json_response(page([store_object(s) for s in stores], has_more))
+    return json_response(page([store_object(s) for s in found], has_more))
 
 
 async def get_store(request: web.Request) -> web.Response:
@@ -181,7 +180,7 @@ async def update_store(request: web.Request) -> web.Response:
     if store.name.lower() == "default" and name.lower() != "default":
         raise conflict("The default store cannot be renamed")
     try:
-        updated = await sq.update_store(
+        updated = await stores.update_store(
             request.app[POOL], principal_of(request).workspace_id, store, name,
             store.description if body.description is UNSET else body.description, metadata,
             store.strip_temporal if body.strip_temporal is UNSET else body.strip_temporal,
@@ -203,12 +202,12 @@ async def delete_store(request: web.Request) -> web.Response:
     workspace = principal_of(request).workspace_id
     async with request.app[POOL].acquire() as conn, conn.transaction():
         # No count in the message: it would include memories the caller cannot read.
-        if force != "true" and await sq.has_active(conn, workspace, store.id):
+        if force != "true" and await stores.has_active(conn, workspace, store.id):
             raise conflict(
                 f"Memory store {store.name!r} still holds active memories; "
                 "delete them first or pass force=true"
             )
-        await sq.delete_store(conn, workspace, store.id)
+        await stores.delete_store(conn, workspace, store.id)
     return json_response({"id": store.id, "type": "memory_store_deleted"})
 
 
@@ -234,7 +233,7 @@ async def _path_memory(
     *,
     for_update: bool = False,
 ) -> Memory:
-    memory = await q.get_readable(conn, principal, memory_id, for_update=for_update)
+    memory = await memories.get_readable(conn, principal, memory_id, for_update=for_update)
     if (
         memory is None
         or memory.store_id != store.id
@@ -326,11 +325,11 @@ async def list_memories(request: web.Request) -> web.Response:
     if after is not None or before is not None:
         anchor_id = after or before
         assert anchor_id is not None
-        anchor = await sq.path_of(pool, principal, store.id, anchor_id)
+        anchor = await stores.path_of(pool, principal, store.id, anchor_id)
         if anchor is None:
             name = "after_id" if after else "before_id"
             raise bad_request(f"{name} {anchor_id!r} is not a memory of this store")
-    entries, has_more = await sq.list_entries(
+    entries, has_more = await stores.list_entries(
         pool, principal, store.id, prefix=prefix,
         after_path=anchor if after is not None else None,
         before_path=anchor if before is not None else None,

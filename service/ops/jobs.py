@@ -15,8 +15,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from service.app_keys import DATABASE_URL, METER, OUTAGE, POOL, SETTINGS, TOUCHER
-from service.queries import cache, idempotency, leases, ratelimit, search, stores
-from service.queries import memories as q
+from service.queries import cache, idempotency, leases, memories, ratelimit, search, stores
 from service.retrieval import store_indexes
 
 log = logging.getLogger("mneme.app")
@@ -79,9 +78,9 @@ async def janitor_pass(app: web.Application, holder: str, *, retention: bool) ->
         await stores.prune_versions(conn)
     while retention:
         async with pool.acquire() as conn, conn.transaction():
-            archived = await q.archive_due(conn, settings.transitory_idle_s)
+            archived = await memories.archive_due(conn, settings.transitory_idle_s)
             for workspace_id, memory in archived:
-                await q.add_version(conn, workspace_id, memory, "modified", "retention")
+                await memories.add_version(conn, workspace_id, memory, "modified", "retention")
         if archived:
             log.info("retention archived memories", extra={"count": len(archived)})
         retention = len(archived) >= 1000

@@ -157,13 +157,15 @@ async def create_synced(
     actor: str | None,
     store: str,
     columns: dict[str, Any],
+    provider: str,
 ) -> Outcome:
-    """Insert a memory whose ``columns`` hold a providerRef, unless its identity is held."""
+    """Insert a memory whose ``columns`` hold a providerRef, unless its identity is held;
+    ``provider`` is the columns' own or the default."""
     names = tuple(c for c in WRITABLE if c in columns)
     statement = synced_statement(names)
     values = _values(workspace_id, actor, store, columns)
     values.setdefault("speaker", None)
-    values.setdefault("provider", "mneme")
+    values["provider"] = provider
     row = await statement.fetchrow(conn, **values)
     assert row is not None
     found = dict(row.items())
@@ -191,16 +193,18 @@ async def create_plain(
     actor: str | None,
     store_id: str,
     columns: dict[str, Any],
+    scope: str,
 ) -> tuple[Memory, bool]:
     """The duplicate, one proof more, or the new memory (``True``), of a memory whose
-    ``columns`` hold no providerRef; under the lock ``store_and_lock`` took."""
+    ``columns`` hold no providerRef; under the lock ``store_and_lock`` took. ``scope`` is
+    the columns' own or the default (the duplicate rule compares it)."""
     memory_id = new_id("mem")
     columns = {**columns, "provider_ref": memory_id}  # its own reference, as memories.insert
     names = tuple(c for c in WRITABLE if c in columns)
     statement = plain_statement(names)
     values = {
         **_values(workspace_id, actor, "", columns), "id": memory_id, "store_id": store_id,
-        "same_scope": columns.get("scope", "workspace"),
+        "same_scope": scope,
         "same_speaker": columns.get("speaker"),
     }  # fmt: skip
     del values["store"]

@@ -21,8 +21,7 @@ from typing import Any
 import asyncpg
 
 from service.http.errors import ApiError
-from service.queries import bulk
-from service.queries import memories as q
+from service.queries import bulk, memories
 from service.queries.memories import Memory, Store
 from service.write import rules
 from service.write.rules import MemoryIn, NewMemory, WriteContext, Written
@@ -68,7 +67,7 @@ async def write_many(
         return await _one_by_one(conn, ctx, items, labels)
     await _check_speakers(conn, ctx, checked)
     valid = [c for c in checked if c.error is None]
-    await q.lock_identities(conn, [i for c in valid if (i := _identity(ctx, c)) is not None])
+    await memories.lock_identities(conn, [i for c in valid if (i := _identity(ctx, c)) is not None])
     synced = [c for c in valid if "provider_ref" in c.columns]
     held = await bulk.holders(conn, ctx.principal, [
         bulk.Identity(c.index, _store(c).id, c.provider, c.columns["provider_ref"])
@@ -170,7 +169,7 @@ async def _check_speakers(conn: asyncpg.Connection, ctx: WriteContext, checked: 
                 c.error = rules.unregistered_speaker(store.id, store.name, speaker)
 
 
-def _identity(ctx: WriteContext, c: Item) -> q.Identity | None:
+def _identity(ctx: WriteContext, c: Item) -> memories.Identity | None:
     return rules.identity_of(
         ctx, _store(c).id, c.provider, c.columns.get("provider_ref"), None,
         c.columns.get("content_sha256"),
@@ -193,11 +192,11 @@ async def _create(
         groups[tuple(sorted(c.columns))].append(c)
     out: list[tuple[Memory, Item]] = []
     for group in groups.values():
-        memories = await bulk.insert(
+        inserted = await bulk.insert(
             conn, ctx.workspace_id, ctx.principal.key_id,
             [_store(c).id for c in group], [c.columns for c in group],
         )  # fmt: skip
-        out += zip(memories, group, strict=True)
+        out += zip(inserted, group, strict=True)
     return out
 
 

@@ -22,7 +22,7 @@ from msgspec import UNSET, UnsetType
 from service.http.errors import ApiError, bad_request, conflict, forbidden, not_found
 from service.http.inputs import check_strings, decode_json, string_problem
 from service.http.times import parse_time
-from service.queries import memories as q
+from service.queries import memories
 from service.queries.keys import Principal
 from service.queries.memories import Memory, Store
 from service.write import fields
@@ -180,7 +180,7 @@ async def store_of(conn: asyncpg.Connection, ctx: WriteContext, ref: str) -> Sto
     key = ref.lower() if not ref.startswith("memstore_") else ref
     store = ctx.stores.get(key)
     if store is None:
-        store = await q.resolve_store(conn, ctx.workspace_id, ref, for_write=True)
+        store = await memories.resolve_store(conn, ctx.workspace_id, ref, for_write=True)
         if store is None:
             raise store_not_found(ref)
         ctx.stores[key] = store
@@ -206,7 +206,7 @@ async def check_speaker(
 ) -> None:
     if (store.id, speaker) in ctx.speakers:
         return
-    if await q.speaker_exists(conn, ctx.workspace_id, store.id, speaker):
+    if await memories.speaker_exists(conn, ctx.workspace_id, store.id, speaker):
         ctx.speakers.add((store.id, speaker))
     else:
         raise unregistered_speaker(store.id, store.name, speaker)
@@ -350,9 +350,9 @@ def identity_of(
     provider_ref: str | None,
     path: str | None,
     content_sha256: str | None,
-) -> q.Identity | None:
+) -> memories.Identity | None:
     """What a write's outcome hangs on besides its own row, locked by
-    ``q.lock_identities``: its sync identity, or (no path, no providerRef) its text, for
+    ``memories.lock_identities``: its sync identity, or (no path, no providerRef) its text, for
     the duplicate rule. Two writes of one identity are serialised until commit. A path
     write has none: the unique index on paths decides between two of them."""
     if provider_ref is not None:
@@ -378,10 +378,10 @@ async def lock_batch(conn: asyncpg.Connection, ctx: WriteContext, items: list[Me
             continue
         if (identity := _identity(ctx, store, new)) is not None:
             identities.append(identity)
-    await q.lock_identities(conn, identities)
+    await memories.lock_identities(conn, identities)
 
 
-def _identity(ctx: WriteContext, store: Store, new: NewMemory) -> q.Identity | None:
+def _identity(ctx: WriteContext, store: Store, new: NewMemory) -> memories.Identity | None:
     columns = new.columns
     return identity_of(ctx, store.id, new.provider, columns.get("provider_ref"),
                        columns.get("path"), columns.get("content_sha256"))  # fmt: skip
@@ -408,11 +408,13 @@ async def _write(conn: asyncpg.Connection, ctx: WriteContext, item: MemoryIn) ->
         await check_speaker(conn, ctx, store, new.columns["speaker"])
     superseded: Memory | None = None
     if new.supersedes is not None:
-        superseded = await q.get_readable(conn, ctx.principal, new.supersedes, for_update=True)
+        superseded = await memories.get_readable(
+            conn, ctx.principal, new.supersedes, for_update=True
+        )
         if superseded is None:
             raise not_found(f"Memory {new.supersedes!r} (supersedes) not found")
     if (identity := _identity(ctx, store, new)) is not None:
-        await q.lock_identities(conn, [identity])
+        await memories.lock_identities(conn, [identity])
     if "provider_ref" in new.columns:
         result = await _write_synced(conn, ctx, store, new)
     elif "path" in new.columns:
@@ -420,7 +422,7 @@ async def _write(conn: asyncpg.Connection, ctx: WriteContext, item: MemoryIn) ->
     else:
         result = await _write_plain(conn, ctx, store, new)
     if superseded is not None and superseded.id != result.memory.id:
-        await q.set_superseded(conn, ctx.workspace_id, superseded.id, result.memory.id)
+        await memories.set_superseded(conn, ctx.workspace_id, superseded.id, result.memory.id)
     return result
 
 
@@ -429,7 +431,7 @@ async def _write_synced(
 ) -> Written:
     """A write with a sync identity: an upsert of the memory holding it, or a new one."""
     columns = new.columns
-    holder = await q.by_provider_ref(
+    holder = await memories.by_provider_ref(
         conn, ctx.principal, store.id, new.provider, columns["provider_ref"]
     )
     if holder is None:
@@ -444,13 +446,13 @@ async def _write_plain(
 ) -> Written:
     """A write without identity or path: one more proof for a duplicate, or a new one."""
     columns = new.columns
-    duplicate = await q.find_duplicate(
+    duplicate = await memories.find_duplicate(
         conn, ctx.workspace_id, store.id, columns["content_sha256"], new.scope,
         columns.get("speaker"), columns["text"],
     )  # fmt: skip
     if duplicate is None:
         return await _create(conn, ctx, store, columns)
-    bumped = await q.bump_proof(conn, ctx.workspace_id, duplicate.id)
+    bumped = await memories.bump_proof(conn, ctx.workspace_id, duplicate.id)
     return Written(bumped, deduplicated=True)
 
 
@@ -462,10 +464,10 @@ async def _create(
     creation_defaults(ctx, columns)
     try:
         async with conn.transaction():  # a savepoint: a path conflict must not poison the batch
-            memory = await q.insert(conn, ctx.workspace_id, store.id, columns)
+            memory = await memories.insert(conn, ctx.workspace_id, store.id, columns)
     except asyncpg.UniqueViolationError:
         raise conflict(f"An active memory already has path {columns.get('path')!r}") from None
-    await q.add_version(conn, ctx.workspace_id, memory, "created", ctx.principal.key_id)
+    await memories.add_version(conn, ctx.workspace_id, memory, "created", ctx.principal.key_id)
     return Written(memory, created=True)
 
 
@@ -488,12 +490,12 @@ async def upsert(
         return Written(existing, upserted=True)
     try:
         async with conn.transaction():
-            memory = await q.update(conn, ctx.workspace_id, existing.id, changes)
+            memory = await memories.update(conn, ctx.workspace_id, existing.id, changes)
     except asyncpg.UniqueViolationError:
         raise conflict(f"An active memory already has path {columns.get('path')!r}") from None
     operation = version_operation(existing, memory)
     if operation is not None:
-        await q.add_version(conn, ctx.workspace_id, memory, operation, ctx.principal.key_id)
+        await memories.add_version(conn, ctx.workspace_id, memory, operation, ctx.principal.key_id)
     return Written(memory, upserted=True)
 
 
@@ -503,7 +505,7 @@ async def upsert(
 async def patch(
     conn: asyncpg.Connection, ctx: WriteContext, memory_id: str, body: MemoryPatch
 ) -> Memory:
-    existing = await q.get_readable(conn, ctx.principal, memory_id, for_update=True)
+    existing = await memories.get_readable(conn, ctx.principal, memory_id, for_update=True)
     if existing is None:
         raise not_found(f"Memory {memory_id!r} not found")
     columns = columns_of(body)
@@ -517,31 +519,31 @@ async def patch(
         return existing
     try:
         async with conn.transaction():
-            memory = await q.update(conn, ctx.workspace_id, existing.id, changes)
+            memory = await memories.update(conn, ctx.workspace_id, existing.id, changes)
     except asyncpg.UniqueViolationError:
         # Restoring a deleted path-addressed memory whose path has been taken again.
         raise conflict(f"An active memory already has path {existing.path!r}") from None
     operation = version_operation(existing, memory)
     if operation is not None:
-        await q.add_version(conn, ctx.workspace_id, memory, operation, ctx.principal.key_id)
+        await memories.add_version(conn, ctx.workspace_id, memory, operation, ctx.principal.key_id)
     return memory
 
 
 async def delete(conn: asyncpg.Connection, ctx: WriteContext, memory_id: str) -> Memory:
     """Tombstone: status ``deleted``, kept for sync. Deleting twice changes nothing."""
-    existing = await q.get_readable(conn, ctx.principal, memory_id, for_update=True)
+    existing = await memories.get_readable(conn, ctx.principal, memory_id, for_update=True)
     if existing is None:
         raise not_found(f"Memory {memory_id!r} not found")
     if existing.status == "deleted":
         return existing
-    memory = await q.update(conn, ctx.workspace_id, existing.id, {"status": "deleted"})
-    await q.add_version(conn, ctx.workspace_id, memory, "deleted", ctx.principal.key_id)
+    memory = await memories.update(conn, ctx.workspace_id, existing.id, {"status": "deleted"})
+    await memories.add_version(conn, ctx.workspace_id, memory, "deleted", ctx.principal.key_id)
     return memory
 
 
 async def purge(conn: asyncpg.Connection, ctx: WriteContext, memory_id: str) -> None:
     """Erase the memory, its media, vectors and versions for good."""
-    existing = await q.get_readable(conn, ctx.principal, memory_id, for_update=True)
+    existing = await memories.get_readable(conn, ctx.principal, memory_id, for_update=True)
     if existing is None:
         raise not_found(f"Memory {memory_id!r} not found")
-    await q.purge(conn, ctx.workspace_id, existing.id)
+    await memories.purge(conn, ctx.workspace_id, existing.id)

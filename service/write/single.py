@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncpg
 
-from service.queries import single as q
+from service.queries import single
 from service.write import rules
 from service.write.rules import MemoryIn, WriteContext, Written
 
@@ -45,7 +45,9 @@ async def create(conn: asyncpg.Connection, ctx: WriteContext, item: MemoryIn) ->
     actor = ctx.principal.key_id
     speaker = columns.get("speaker")
     if "provider_ref" in columns:
-        outcome = await q.create_synced(conn, ctx.workspace_id, actor, store, columns)
+        outcome = await single.create_synced(
+            conn, ctx.workspace_id, actor, store, columns, new.provider
+        )
         if outcome.store_id is None or outcome.store_name is None:
             raise rules.store_not_found(store)
         if not outcome.speaker_known:
@@ -55,7 +57,7 @@ async def create(conn: asyncpg.Connection, ctx: WriteContext, item: MemoryIn) ->
             return None  # the identity is held: an upsert, or a refusal
         return Written(outcome.memory, created=True)
     async with conn.transaction():
-        found = await q.store_and_lock(
+        found = await single.store_and_lock(
             conn, ctx.workspace_id, store, speaker, columns["content_sha256"]
         )
         if found is None:
@@ -64,5 +66,7 @@ async def create(conn: asyncpg.Connection, ctx: WriteContext, item: MemoryIn) ->
         if not speaker_known:
             assert speaker is not None
             raise rules.unregistered_speaker(store_id, store_name, speaker)
-        memory, created = await q.create_plain(conn, ctx.workspace_id, actor, store_id, columns)
+        memory, created = await single.create_plain(
+            conn, ctx.workspace_id, actor, store_id, columns, new.scope
+        )
     return Written(memory, created=created, deduplicated=not created)

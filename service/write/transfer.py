@@ -20,7 +20,7 @@ import msgspec
 from service.http.errors import ApiError
 from service.http.inputs import decode_json
 from service.http.json import iso, iso_or_none
-from service.queries import memories as q
+from service.queries import memories
 from service.queries.keys import Principal
 from service.queries.named import NamedSQL
 from service.write import rules
@@ -32,7 +32,7 @@ EXPORT = NamedSQL(f"""
 SELECT m.text, m.scope, m.tier, m.fact_type, m.status, m.provider, m.provider_ref,
        m.entity_refs, m.proof_count, m.category, m.importance, m.speaker, m.event_date,
        m.path, m.metadata, m.expires_at, m.transitory, m.first_seen_at,
-       {q.LAST_USED_AT} AS last_used_at, m.media, m.media_type
+       {memories.LAST_USED_AT} AS last_used_at, m.media, m.media_type
 FROM memories m
 WHERE m.workspace_id = :workspace AND m.store_id = :store
   AND (m.status <> 'deleted' OR :include_deleted)
@@ -109,7 +109,7 @@ def service_principal(workspace_id: str, actor: str) -> Principal:
 async def import_lines(
     pool: asyncpg.Pool,
     workspace_id: str,
-    store: q.Store,
+    store: memories.Store,
     lines: Iterable[tuple[int, bytes]],
     *,
     create_speakers: bool = False,
@@ -128,7 +128,7 @@ async def import_lines(
             if create_speakers:
                 named = {i.speaker for _, i in batch if isinstance(i.speaker, str)} - {"me"}
                 for speaker in sorted(named):
-                    added = await q.add_speaker(conn, workspace_id, store.id, speaker)
+                    added = await memories.add_speaker(conn, workspace_id, store.id, speaker)
                     result.speakers_registered += added is not None
             items = [item for _, item in batch]
             labels = [f"line {number}" for number, _ in batch]
