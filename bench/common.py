@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import aiohttp
 
@@ -131,12 +131,17 @@ async def wait_ready(
 
 
 class Server:
-    """`mneme serve` on embedded PostgreSQL in ``data_dir``, as a user would run it
-    (``root``: from another checkout's code, e.g. an A/B against an earlier commit)."""
+    """`mneme serve` on embedded PostgreSQL in ``data_dir``, as a user would run it.
+
+    ``key``: the bootstrap key, or None for a first run that makes one and prints it.
+    Output goes to ``log`` (or nowhere), or with ``pipe`` to ``proc.stdout`` and
+    ``proc.stderr`` as text. ``root``: run another checkout's code (an A/B against an
+    earlier commit); ``cwd``: where it runs (default: ``root``)."""
 
     def __init__(
-        self, data_dir: Path, key: str, *, log: Path | None = None, root: Path = ROOT, **env: str
-    ) -> None:
+        self, data_dir: Path, key: str | None, *, log: Path | None = None, pipe: bool = False,
+        root: Path = ROOT, cwd: Path | None = None, **env: str,
+    ) -> None:  # fmt: skip
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.data_dir = data_dir
@@ -144,13 +149,14 @@ class Server:
         # Defaults a caller may override (e.g. MNEME_RATE_LIMITS to test throttling).
         full_env.update(MNEME_LOG_LEVEL="WARNING", MNEME_RATE_LIMITS="scale=10000000")
         full_env.update(env)
-        full_env.update(
-            MNEME_DATA_DIR=str(data_dir), MNEME_PORT=str(self.port), MNEME_BOOTSTRAP_KEY=key
-        )
-        out = subprocess.DEVNULL if log is None else log.open("ab")
+        full_env.update(MNEME_DATA_DIR=str(data_dir), MNEME_PORT=str(self.port))
+        if key is not None:
+            full_env["MNEME_BOOTSTRAP_KEY"] = key
+        out: int | IO[bytes] = subprocess.DEVNULL if log is None else log.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "service.cli", "serve"], env=full_env,
-            stdout=out, stderr=out, cwd=root,
+            stdout=subprocess.PIPE if pipe else out, stderr=subprocess.PIPE if pipe else out,
+            cwd=cwd or root, text=True,
         )  # fmt: skip
 
     async def ready(self, within_s: float = 180) -> None:

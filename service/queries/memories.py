@@ -290,7 +290,7 @@ FOR UPDATE
 
 
 @dataclass(frozen=True)
-class Held:
+class Holder:
     """The memory that holds a sync identity, if the caller may read it."""
 
     memory: Memory | None  # None: held by a memory the caller cannot read
@@ -298,7 +298,7 @@ class Held:
 
 async def by_provider_ref(
     conn: Conn, principal: Principal, store_id: str, provider: str, provider_ref: str
-) -> Held | None:
+) -> Holder | None:
     """Who holds (store, provider, providerRef): ``None`` when nobody does."""
     row = await SELECT_BY_PROVIDER_REF.fetchrow(
         conn, store=store_id, provider=provider, provider_ref=provider_ref, **readable_by(principal)
@@ -307,7 +307,7 @@ async def by_provider_ref(
         return None
     values = dict(row.items())
     readable = values.pop("readable")
-    return Held(Memory(**values) if readable else None)
+    return Holder(Memory(**values) if readable else None)
 
 
 SELECT_DUPLICATE = NamedSQL(f"""
