@@ -48,9 +48,9 @@ from service.http.server import standard_headers
 from service.ops import db
 from service.ops.bootstrap import bootstrap, print_first_key
 from service.ops.metrics import Metrics
+from service.ops.toucher import Toucher
 from service.queries import idempotency, leases, ratelimit, search, stores, usage
 from service.queries import memories as q
-from service.queries.search import Toucher
 from service.retrieval import store_indexes
 from service.retrieval.snapshots import Snapshots
 from service.routes import ROUTES, Route

@@ -16,7 +16,7 @@ from embeddings import Embedder
 from embeddings.batcher import QueryEncoder
 from embeddings.worker import QueueProbe
 from service.http.outage import Outage
-from service.queries.search import Toucher
+from service.ops.toucher import Toucher
 from service.queries.usage import Meter
 from service.retrieval.snapshots import Snapshots
 from service.settings import Settings

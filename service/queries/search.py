@@ -17,11 +17,9 @@ cached generic plan cannot pick the wrong path for a store.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Any
 
 import asyncpg
 import numpy as np
@@ -220,6 +218,7 @@ class Profile:
 
 
 # A search's store (by id or name, as memories.resolve_store) and its profile: one round trip.
+# Positional parameters: SELECT_STORE (service.queries.memories) takes $1 and $2.
 STORE_AND_PROFILE = f"""
 SELECT s.*, p.*, tsvector_to_array(to_tsvector('english', $3::text)) AS lexemes,
        array(SELECT x FROM unnest($4::text[]) x WHERE mneme_readable(x, $5, $6, $7))
@@ -453,14 +452,14 @@ def plan(
 # In id order: two instances flushing at once take the rows' locks in the same order.
 # The memory's own row is not locked (a lock is a write to its page): the foreign key
 # checks a memory's first stamp, and a memory deleted meanwhile fails that check.
-TOUCH = """
+TOUCH = NamedSQL("""
 INSERT INTO memory_uses AS u (workspace_id, memory_id, last_used_at)
 SELECT m.workspace_id, m.id, now() FROM memories m
-WHERE m.workspace_id = $1 AND m.id = ANY($2::text[])
+WHERE m.workspace_id = :workspace AND m.id = ANY(:ids::text[])
 ORDER BY m.id
 ON CONFLICT (workspace_id, memory_id) DO UPDATE SET last_used_at = excluded.last_used_at
 WHERE u.last_used_at < excluded.last_used_at
-"""
+""")
 
 
 async def touch(conn: asyncpg.Connection | asyncpg.Pool, workspace_id: str, ids: list[str]) -> None:
@@ -469,78 +468,53 @@ async def touch(conn: asyncpg.Connection | asyncpg.Pool, workspace_id: str, ids:
     A memory deleted while its stamp was being written fails the foreign key check; the
     stamp is then written again, and no longer finds it.
     """
+    args = TOUCH.args({"workspace": workspace_id, "ids": ids})
     try:
-        await conn.execute(TOUCH, workspace_id, ids)
+        await conn.execute(TOUCH.sql, *args)
     except asyncpg.ForeignKeyViolationError:
-        await conn.execute(TOUCH, workspace_id, ids)
-
-
-class Toucher:
-    """Batches ``last_used_at = now()`` for returned memories, off the response path."""
-
-    def __init__(self) -> None:
-        self.pending: dict[str, set[str]] = {}
-        self.wake = asyncio.Event()
-
-    def add(self, workspace_id: str, ids: list[str]) -> None:
-        self.pending.setdefault(workspace_id, set()).update(ids)
-        self.wake.set()
-
-    async def flush(self, pool: Any) -> None:
-        """Write the pending stamps. What a failed flush did not write stays pending for
-        the next one (as ``Meter`` keeps its units): a lost stamp would change retention
-        and ranking."""
-        batch, self.pending = self.pending, {}
-        written: set[str] = set()
-        try:
-            for workspace_id, ids in batch.items():
-                if ids:
-                    await touch(pool, workspace_id, sorted(ids))
-                written.add(workspace_id)
-        except BaseException:
-            for workspace_id, ids in batch.items():
-                if workspace_id not in written:
-                    self.pending.setdefault(workspace_id, set()).update(ids)
-            raise
+        await conn.execute(TOUCH.sql, *args)
 
 
 # --- keeping the statistics small ---------------------------------------------------------
 
-FRESH_STORES = """
+FRESH_STORES = NamedSQL("""
 SELECT workspace_id, store_id FROM search_terms WHERE NOT compacted
 UNION
 SELECT workspace_id, store_id FROM search_store_stats WHERE NOT compacted
-LIMIT $1
-"""
+LIMIT :stores
+""")
 
 # Folds a store's deltas into one row per lexeme (and one stats row). Rows a concurrent
 # write inserts meanwhile are not seen by the DELETE and stay as they are; a deleted
 # store's deltas sum to zero and disappear.
-COMPACT_TERMS = """
+COMPACT_TERMS = NamedSQL("""
 WITH gone AS (
-    DELETE FROM search_terms WHERE workspace_id = $1 AND store_id = $2 RETURNING lexeme, df
+    DELETE FROM search_terms WHERE workspace_id = :workspace AND store_id = :store
+    RETURNING lexeme, df
 )
 INSERT INTO search_terms (workspace_id, store_id, lexeme, df, compacted)
-SELECT $1, $2, lexeme, sum(df), true FROM gone GROUP BY lexeme HAVING sum(df) <> 0
-"""
+SELECT :workspace, :store, lexeme, sum(df), true FROM gone GROUP BY lexeme HAVING sum(df) <> 0
+""")
 
-COMPACT_STORE_STATS = """
+COMPACT_STORE_STATS = NamedSQL("""
 WITH gone AS (
-    DELETE FROM search_store_stats WHERE workspace_id = $1 AND store_id = $2
+    DELETE FROM search_store_stats WHERE workspace_id = :workspace AND store_id = :store
     RETURNING docs, length, self_docs, image_docs
 )
 INSERT INTO search_store_stats
     (workspace_id, store_id, docs, length, self_docs, image_docs, compacted)
-SELECT $1, $2, sum(docs), sum(length), sum(self_docs), sum(image_docs), true FROM gone
+SELECT :workspace, :store, sum(docs), sum(length), sum(self_docs), sum(image_docs), true
+FROM gone
 HAVING sum(docs) <> 0 OR sum(length) <> 0
-"""
+""")
 
 
 async def compact_stats(conn: asyncpg.Connection, stores: int = 100) -> int:
     """Fold the statistics deltas of up to ``stores`` stores; returns how many."""
-    fresh = await conn.fetch(FRESH_STORES, stores)
+    fresh = await conn.fetch(FRESH_STORES.sql, *FRESH_STORES.args({"stores": stores}))
     for workspace_id, store_id in fresh:
+        names = {"workspace": workspace_id, "store": store_id}
         async with conn.transaction():
-            await conn.execute(COMPACT_TERMS, workspace_id, store_id)
-            await conn.execute(COMPACT_STORE_STATS, workspace_id, store_id)
+            await conn.execute(COMPACT_TERMS.sql, *COMPACT_TERMS.args(names))
+            await conn.execute(COMPACT_STORE_STATS.sql, *COMPACT_STORE_STATS.args(names))
     return len(fresh)
