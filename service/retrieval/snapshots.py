@@ -296,12 +296,13 @@ def _from_memory(
     """The whole predicate, known here: liveness (the snapshot holds active rows at the
     store's current version), readability (by ``scopes``, those the reader may read), and
     no filter."""
-    r = retrieval
     mask = snap.allowed(
-        scopes, subset=r.subset, speaker=r.speaker, self_only=r.self_only, images=r.images
-    )
-    vec = snap.vector_arm(vector, mask, r.per_arm)
-    text = snap.text_arm(r.profile.lexemes, mask, r.per_arm) if r.use_fts else NOTHING
+        scopes, subset=retrieval.subset, speaker=retrieval.speaker,
+        self_only=retrieval.self_only, images=retrieval.images,
+    )  # fmt: skip
+    per_arm = retrieval.per_arm
+    vec = snap.vector_arm(vector, mask, per_arm)
+    text = snap.text_arm(retrieval.profile.lexemes, mask, per_arm) if retrieval.use_fts else NOTHING
     return _assemble(snap, vector, vec, text, {row: snap.rows[row] for row in vec.rows + text.rows})
 
 
@@ -313,17 +314,20 @@ async def _checked(
 ) -> list[Candidate] | None:
     """Proposed, then checked. Everything proposed passes for a service key without
     filters (unless a write lands meanwhile); a filter or a narrower reader passes fewer."""
-    r = retrieval
-    mask = snap.eligible(subset=r.subset, speaker=r.speaker, self_only=r.self_only, images=r.images)
-    unfiltered = r.principal.is_service and r.filters == UNFILTERED
-    reach = r.per_arm if unfiltered else 3 * r.per_arm
+    mask = snap.eligible(
+        subset=retrieval.subset, speaker=retrieval.speaker, self_only=retrieval.self_only,
+        images=retrieval.images,
+    )  # fmt: skip
+    per_arm = retrieval.per_arm
+    unfiltered = retrieval.principal.is_service and retrieval.filters == UNFILTERED
+    reach = per_arm if unfiltered else 3 * per_arm
     vec = snap.vector_arm(vector, mask, reach)
-    text = snap.text_arm(r.profile.lexemes, mask, reach) if r.use_fts else NOTHING
-    proposed = list(dict.fromkeys(vec.rows + text.rows))
+    text = snap.text_arm(retrieval.profile.lexemes, mask, reach) if retrieval.use_fts else NOTHING
+    proposed = [snap.ids[row] for row in dict.fromkeys(vec.rows + text.rows)]
     passed = await snapshot_sql.readable(
-        await connect(), r.subset, predicate_values(r), [snap.ids[row] for row in proposed]
+        await connect(), retrieval.subset, predicate_values(retrieval), proposed
     )
-    vec_kept, text_kept = _kept(snap, vec, passed, r.per_arm), _kept(snap, text, passed, r.per_arm)
+    vec_kept, text_kept = _kept(snap, vec, passed, per_arm), _kept(snap, text, passed, per_arm)
     if vec_kept is None or text_kept is None:
         return None
     records = {row: passed[snap.ids[row]] for row in vec_kept.rows + text_kept.rows}
