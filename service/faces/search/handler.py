@@ -103,8 +103,8 @@ async def _search(
     body, delivered = await retrieve_and_render(
         request, model, req, store, profile, reader, early, snapshot
     )
-    queries = request.app[EMBEDDER].queries
     if req.cache is None:
+        queries = request.app[EMBEDDER].queries
         assert queries is not None
         query_tokens = billing.query_tokens_of(queries, embedder, req.query)
     started = time.perf_counter()

@@ -29,7 +29,7 @@ from service.retrieval.verify import verify_depth, verify_passes
 
 
 @dataclass(frozen=True)
-class SearchScope:
+class SearchContext:
     """What every retrieval of one search shares: where it runs and how it is ranked."""
 
     request: web.Request
@@ -72,13 +72,13 @@ async def retrieve_and_render(
     named = ranking.named_speaker(req.query, profile.speakers) if model.features else None
     main = main_retrieval(model, req, store.id, profile, reader)
     async with db.LazyConnection(pool) as lazy:
-        scope = SearchScope(request, model, lazy, reader, snapshot, now, named)
-        ranks = await _early_text_ranks(scope, req, main)
+        context = SearchContext(request, model, lazy, reader, snapshot, now, named)
+        ranks = await _early_text_ranks(context, req, main)
         started = time.perf_counter()  # "embed": the wait for the vector
         vector = await (early if early is not None else queries.encode(req.query))
         phase(request, "embed", time.perf_counter() - started)
         started = time.perf_counter()
-        found = await _retrieve(scope, req, replace(main, vector=vector), ranks)
+        found = await _retrieve(context, req, replace(main, vector=vector), ranks)
     phase(request, "retrieve", time.perf_counter() - started)
     return _render(request, model, req, store, found)
 
@@ -107,68 +107,71 @@ def main_retrieval(
 
 
 async def _early_text_ranks(
-    scope: SearchScope, req: SearchRequest, main: RetrievalRequest
+    context: SearchContext, req: SearchRequest, main: RetrievalRequest
 ) -> dict[str, float] | None:
     """The main retrieval's full-text arm, which needs no vector: it runs while the model
     encodes the query (a snapshot's needs no SQL). ``None``: not run here."""
-    wants_self = req.speaker == "me" and scope.model.self_apart
-    if scope.snapshot is not None or wants_self or not main.use_fts:
+    wants_self = req.speaker == "me" and context.model.self_apart
+    if context.snapshot is not None or wants_self or not main.use_fts:
         return None
     if main.profile.size("all") == 0:
         return None
     started = time.perf_counter()
     statements, values = search_sql.plan(main)
-    ranks = await search_sql.text_ranks(await scope.connection.get(), statements, values)
-    phase(scope.request, "text", time.perf_counter() - started)
+    ranks = await search_sql.text_ranks(await context.connection.get(), statements, values)
+    phase(context.request, "text", time.perf_counter() - started)
     return ranks
 
 
 async def _retrieve(
-    scope: SearchScope, req: SearchRequest, main: RetrievalRequest, ranks: dict[str, float] | None
+    context: SearchContext,
+    req: SearchRequest,
+    main: RetrievalRequest,
+    ranks: dict[str, float] | None,
 ) -> Found:
     """The search's retrievals, in order: the main one (unless only the agent's own words
     are asked for), the agent's own words, the images."""
-    model, per_arm = scope.model, per_arm_of(req.max_results)
+    model, per_arm = context.model, per_arm_of(req.max_results)
     memories: list[Candidate] = []
     verify_used = 0
     if not (req.speaker == "me" and model.self_apart):
-        ranked = await _ranked(scope, main, ranks)
+        ranked = await _ranked(context, main, ranks)
         memories = [c for c, _ in ranked[: req.max_results]]
         memories, verify_used = verify_passes(memories, ranked, req.max_results, req.verify)
     self_memories: list[Candidate] = []
     if model.self_apart:
         own = replace(main, per_arm=per_arm, subset="self", speaker=None, self_only=True,
                       images=None, filters=SearchFilters())  # fmt: skip
-        self_memories = [c for c, _ in (await _ranked(scope, own))[: req.max_results]]
+        self_memories = [c for c, _ in (await _ranked(context, own))[: req.max_results]]
     images: list[Candidate] = []
     if model.images and req.max_images:
         pictures = replace(main, per_arm=per_arm, subset="images", speaker=None,
                            self_only=None, images=True)  # fmt: skip
-        images = [c for c, _ in (await _ranked(scope, pictures))[: req.max_images]]
+        images = [c for c, _ in (await _ranked(context, pictures))[: req.max_images]]
     return Found(memories, verify_used, self_memories, images)
 
 
 async def _ranked(
-    scope: SearchScope, retrieval: RetrievalRequest, ranks: dict[str, float] | None = None
+    context: SearchContext, retrieval: RetrievalRequest, ranks: dict[str, float] | None = None
 ) -> list[tuple[Candidate, float]]:
     """The retrieval's candidates, ranked best first with their scores (``ranks``: its
     full-text arm's, when already asked for)."""
     if retrieval.profile.size(retrieval.subset) == 0:
         return []  # nothing of that kind in the store: no need to ask
     found, path = None, "sql"
-    if scope.snapshot is not None:
-        path = "snapshot" if snapshots.in_memory(scope.reader, retrieval.filters) else "checked"
+    if context.snapshot is not None:
+        path = "snapshot" if snapshots.in_memory(context.reader, retrieval.filters) else "checked"
         found = await snapshots.candidates(
-            scope.connection.get, scope.snapshot, scope.reader, retrieval
+            context.connection.get, context.snapshot, context.reader, retrieval
         )
     if found is None:
         path = "sql"
-        found = await search_sql.candidates(await scope.connection.get(), retrieval, ranks)
-    scope.request.app[METRICS].retrievals.labels(path).inc()
-    model = scope.model
+        found = await search_sql.candidates(await context.connection.get(), retrieval, ranks)
+    context.request.app[METRICS].retrievals.labels(path).inc()
+    model = context.model
     return ranking.scored(
-        found, fuse_text=model.fuse_text, use_features=model.features, now=scope.now,
-        speaker=scope.named_speaker,
+        found, fuse_text=model.fuse_text, use_features=model.features, now=context.now,
+        speaker=context.named_speaker,
     )  # fmt: skip
 
 
