@@ -33,7 +33,7 @@ from service.queries.search import Candidate
 from service.retrieval import ranking
 from service.settings import Settings
 
-PER_ARM = 80  # a 20-result search's (service.faces.search.handler: max(60, 4 x 20))
+PER_ARM = 80  # a 20-result search's (service.faces.search.retrieve.per_arm_of: max(60, 4 x 20))
 TEXT_WEIGHTS = (0.5, 0.7, 1.0, 1.3, 1.6, 2.0)
 SPEAKER_WEIGHTS = (0.2, 0.4, 0.6, 0.8)
 NEIGHBOUR_WEIGHTS = (0.1, 0.2, 0.3, 0.4, 0.5)
@@ -75,10 +75,11 @@ async def fetch(
             store, stats = found
             vector = embedder.encode_queries([q["question"]])[0]
             async with pool.acquire() as conn:
-                cands = await sq.candidates(
-                    conn, principal, store.id, stats, vector, q["question"], sq.SearchFilters(),
+                cands = await sq.candidates(conn, sq.RetrievalRequest(
+                    principal=principal, store_id=store.id, profile=stats,
+                    query_text=q["question"], vector=vector, filters=sq.SearchFilters(),
                     per_arm=PER_ARM, subset="all", self_only=False, images=False,
-                )  # fmt: skip
+                ))  # fmt: skip
             speaker = ranking.named_speaker(q["question"], stats.speakers)
             out.append(Question(q["store"], q["category"], q["evidence"], cands, speaker))
         return out

@@ -203,10 +203,10 @@ async def sql_alone(
     found = await sq.store_and_profile(conn, who.workspace_id, store)
     assert found is not None
     _, stats = found
-    return await sq.candidates(
-        conn, who, store, stats, vector, query, SearchFilters(), per_arm=80, self_only=False,
-        images=False, exact=exact,
-    )  # fmt: skip
+    return await sq.candidates(conn, sq.RetrievalRequest(
+        principal=who, store_id=store, profile=stats, query_text=query, vector=vector,
+        filters=SearchFilters(), per_arm=80, self_only=False, images=False, exact=exact,
+    ))  # fmt: skip
 
 
 async def search(
@@ -390,10 +390,10 @@ async def explain(
         found = await sq.store_and_profile(conn, who.workspace_id, store)
         assert found is not None
         _, stats = found
-        values = sq.statement_values(
-            who, store, stats, vector, query, sq.SearchFilters(), per_arm=80,
-            budget=sq.MATCH_BUDGET, self_only=False, images=False,
-        )  # fmt: skip
+        values = sq.statement_values(sq.RetrievalRequest(
+            principal=who, store_id=store, profile=stats, query_text=query, vector=vector,
+            filters=sq.SearchFilters(), per_arm=80, self_only=False, images=False,
+        ), budget=sq.MATCH_BUDGET)  # fmt: skip
         text_arm, vector_arm = sq.SEARCH_ANN.text, sq.SEARCH_ANN.vector
         ranks = await sq.text_ranks(conn, sq.SEARCH_ANN, values)
         lines = []

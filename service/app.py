@@ -49,7 +49,7 @@ from service.ops.bootstrap import bootstrap, print_first_key
 from service.ops.meter import Meter
 from service.ops.metrics import Metrics
 from service.ops.model import embedding_worker, model_lifetime
-from service.queries.search import Toucher
+from service.ops.toucher import Toucher
 from service.retrieval.snapshots import Snapshots
 from service.routes import ROUTES
 from service.settings import Settings

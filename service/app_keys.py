@@ -18,7 +18,7 @@ from service.http.outage import Outage
 from service.http.route import Route
 from service.ops.meter import Meter
 from service.ops.metrics import Metrics
-from service.queries.search import Toucher
+from service.ops.toucher import Toucher
 from service.retrieval.snapshots import Snapshots
 from service.settings import Settings
 

@@ -295,10 +295,11 @@ async def test_an_upgrade_from_0003_keeps_memories_searchable(
         store, stats = found
         assert (store.id, stats.docs) == ("s_1", 30)
         for exact in (True, False):
-            got = await sq.candidates(
-                conn, who, "s_1", stats, np.ones(384, dtype=np.float32), "herons",
-                sq.SearchFilters(), per_arm=10, exact=exact,
-            )  # fmt: skip
+            got = await sq.candidates(conn, sq.RetrievalRequest(
+                principal=who, store_id="s_1", profile=stats, query_text="herons",
+                vector=np.ones(384, dtype=np.float32), filters=sq.SearchFilters(), per_arm=10,
+                exact=exact,
+            ))  # fmt: skip
             assert sum(c.fts_rank is not None for c in got) == 10
             assert sum(c.in_vec for c in got) == 10
             assert {str(c.last_used_at.date()) for c in got} == {"2024-01-01"}

@@ -46,10 +46,11 @@ def test_every_search_statement_takes_its_values_by_name() -> None:
     text, vector = set(first.text.names), set(first.vector.names)
     # statement_values gives every value either statement takes; the vector arm also
     # takes the text arm's ids.
-    given = set(sq.statement_values(
-        Principal("k", "ws", "scale", "service", None, frozenset(), []), "s",
-        sq.Profile(1, 1, 0, 0), None, "q", sq.SearchFilters(), per_arm=1, budget=1,
-    ))  # fmt: skip
+    given = set(sq.statement_values(sq.RetrievalRequest(
+        principal=Principal("k", "ws", "scale", "service", None, frozenset(), []), store_id="s",
+        profile=sq.Profile(1, 1, 0, 0), query_text="q", vector=None, filters=sq.SearchFilters(),
+        per_arm=1,
+    ), budget=1))  # fmt: skip
     assert text | vector == given | {"text_ids"}
     assert "query_vector" not in text  # the text arm runs before the vector exists
     for retrieval in sq.STATEMENTS.values():

@@ -555,7 +555,7 @@ async def test_a_failed_flush_keeps_the_last_used_stamps_for_the_next(
 ) -> None:
     """The database fails once while the stamps of returned memories are written: they
     stay pending and land with the next flush (they were lost before)."""
-    from service.queries.search import Toucher
+    from service.ops.toucher import Toucher
 
     resp = await client.post("/api/v1/memories", json={"text": "Stamp me."}, headers=ADMIN)
     memory_id = (await resp.json())["id"]

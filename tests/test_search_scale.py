@@ -7,6 +7,7 @@ from typing import Any
 
 import asyncpg
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from service.app_keys import PLANNED_ONCE_POOL, POOL
@@ -179,15 +180,16 @@ async def test_a_filtered_hnsw_scan_that_comes_up_short_is_answered_exactly(
             query = vectors[0]
             plain = await sq.run_statement(
                 conn, sq.SEARCH_ANN,
-                sq.statement_values(who, store, stats, query, "", rare, per_arm=60,
+                sq.statement_values(_retrieval(who, store, stats, query, "", rare),
                                     budget=sq.MATCH_BUDGET),
             )  # fmt: skip
             assert len(plain) < 10  # the index alone misses most of them
             served = await sq.candidates(
-                conn, who, store, stats, query, "", rare, per_arm=60, exact=False
+                conn, _retrieval(who, store, stats, query, "", rare, exact=False)
             )
-            exact = await sq.candidates(conn, who, store, stats, query, "", rare, per_arm=60,
-                                        exact=True)  # fmt: skip
+            exact = await sq.candidates(
+                conn, _retrieval(who, store, stats, query, "", rare, exact=True)
+            )
             assert {c.id for c in served} == {c.id for c in exact}
             assert len(exact) == 10
     finally:
@@ -198,6 +200,22 @@ async def _profile(conn: asyncpg.Connection, ws: str, store: str) -> sq.Profile:
     found = await sq.store_and_profile(conn, ws, store)
     assert found is not None
     return found[1]
+
+
+def _retrieval(
+    who: Principal,
+    store: str,
+    stats: sq.Profile,
+    vector: npt.NDArray[np.float32],
+    query: str,
+    filters: SearchFilters,
+    exact: bool | None = None,
+) -> sq.RetrievalRequest:
+    """A retrieval of 60 candidates per arm."""
+    return sq.RetrievalRequest(
+        principal=who, store_id=store, profile=stats, query_text=query, vector=vector,
+        filters=filters, per_arm=60, exact=exact,
+    )  # fmt: skip
 
 
 def _settings(db_url: str) -> Any:
@@ -224,8 +242,8 @@ async def test_the_match_budget_keeps_the_rarest_word(
     who = Principal("k", ws, "scale", "service", None, frozenset(), [])
     rows = await sq.run_statement(
         conn, sq.SEARCH_ANN,
-        sq.statement_values(who, store, stats, np.ones(384, dtype=np.float32),
-                            "zucchini coffee", SearchFilters(), per_arm=60, budget=budget),
+        sq.statement_values(_retrieval(who, store, stats, np.ones(384, dtype=np.float32),
+                                       "zucchini coffee", SearchFilters()), budget=budget),
     )  # fmt: skip
     matched = {r.text for r in rows if r.fts_rank is not None}
     if budget == 1:
@@ -345,8 +363,8 @@ async def test_the_full_text_score_is_bm25_of_the_stores_statistics(
     who = Principal("k", ws, "scale", "service", None, frozenset(), [])
     rows = await sq.run_statement(
         conn, sq.STATEMENTS[True, "all"],
-        sq.statement_values(who, store, stats, np.ones(384, dtype=np.float32), question,
-                            SearchFilters(), per_arm=60, budget=sq.UNBOUNDED),
+        sq.statement_values(_retrieval(who, store, stats, np.ones(384, dtype=np.float32),
+                                       question, SearchFilters()), budget=sq.UNBOUNDED),
     )  # fmt: skip
     served = {r.text: r.fts_rank for r in rows if r.fts_rank is not None}
 

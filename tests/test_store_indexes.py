@@ -66,9 +66,16 @@ async def _fill(conn: asyncpg.Connection, ws: str, store: str, prefix: str, n: i
 async def _plan(conn: asyncpg.Connection, who: Principal, store: str, query: Vectors) -> str:
     found = await sq.store_and_profile(conn, who.workspace_id, store)
     assert found is not None
-    values = sq.statement_values(
-        who, store, found[1], query, "", SearchFilters(), per_arm=20, budget=sq.MATCH_BUDGET
+    retrieval = sq.RetrievalRequest(
+        principal=who,
+        store_id=store,
+        profile=found[1],
+        query_text="",
+        vector=query,
+        filters=SearchFilters(),
+        per_arm=20,
     )
+    values = sq.statement_values(retrieval, budget=sq.MATCH_BUDGET)
     statement = sq.SEARCH_ANN.vector
     rows = await conn.fetch(
         "EXPLAIN (COSTS OFF) " + statement.sql,
@@ -108,8 +115,10 @@ async def test_a_large_store_gets_its_own_index_and_its_searches_walk_it(db_url:
             assert found is not None
             for query in vectors[:5]:
                 served, exact = [
-                    await sq.candidates(conn, who, big, found[1], query, "", SearchFilters(),
-                                        per_arm=10, exact=exact)
+                    await sq.candidates(conn, sq.RetrievalRequest(
+                        principal=who, store_id=big, profile=found[1], query_text="",
+                        vector=query, filters=SearchFilters(), per_arm=10, exact=exact,
+                    ))
                     for exact in (False, True)
                 ]  # fmt: skip
                 assert [c.id for c in served] == [c.id for c in exact]

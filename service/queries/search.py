@@ -17,11 +17,9 @@ cached generic plan cannot pick the wrong path for a store.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Any
 
 import asyncpg
 import numpy as np
@@ -59,7 +57,7 @@ AND (:images::boolean IS NULL OR (m.kind = 'image') = :images::boolean)
 """
 
 # The two arms are two statements: the full-text arm needs no vector, so it runs while the
-# model encodes the question (service.faces.search.handler), and the vector arm, once the
+# model encodes the question (service.faces.search.retrieve), and the vector arm, once the
 # vector is there, also reads the columns of every candidate of both arms.
 
 # The full-text arm. :per_arm candidates; :docs memories in the store, :avgdl their mean
@@ -162,16 +160,16 @@ SUBSETS = {
 
 
 @dataclass(frozen=True)
-class Retrieval:
+class ArmStatements:
     """The two statements of one retrieval: the full-text arm, then the vector arm."""
 
     text: NamedSQL
     vector: NamedSQL
 
 
-def _retrieval(exact: bool, subset: str) -> Retrieval:
+def _arm_statements(exact: bool, subset: str) -> ArmStatements:
     where = _WHERE + SUBSETS[subset]
-    return Retrieval(
+    return ArmStatements(
         NamedSQL(_TEXT.format(where=where)),
         NamedSQL(_VECTOR.format(
             where=where,
@@ -184,7 +182,7 @@ def _retrieval(exact: bool, subset: str) -> Retrieval:
 
 
 STATEMENTS = {
-    (exact, subset): _retrieval(exact, subset) for exact in (True, False) for subset in SUBSETS
+    (exact, subset): _arm_statements(exact, subset) for exact in (True, False) for subset in SUBSETS
 }
 SEARCH_ANN = STATEMENTS[False, "all"]
 
@@ -220,6 +218,7 @@ class Profile:
 
 
 # A search's store (by id or name, as memories.resolve_store) and its profile: one round trip.
+# Positional parameters: SELECT_STORE (service.queries.memories) takes $1 and $2.
 STORE_AND_PROFILE = f"""
 SELECT s.*, p.*, tsvector_to_array(to_tsvector('english', $3::text)) AS lexemes,
        array(SELECT x FROM unnest($4::text[]) x WHERE mneme_readable(x, $5, $6, $7))
@@ -303,43 +302,61 @@ class Candidate:
     written_after: str | None = None
 
 
-def statement_values(
-    principal: Principal,
-    store_id: str,
-    stats: Profile,
-    query_vector: npt.NDArray[np.float32] | None,
-    query_text: str,
-    filters: SearchFilters,
-    *,
-    per_arm: int,
-    budget: int,
-    speaker: str | None = None,
-    self_only: bool | None = None,
-    images: bool | None = None,
-) -> dict[str, object]:
-    """The parameters of a retrieval's statements, by name (see _WHERE, _TEXT and
-    _VECTOR); each statement takes those it names."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetrievalRequest:
+    """One retrieval: whose, from which store, of what, and how deep. ``vector`` may be
+    missing while only the full-text arm is asked for; ``use_fts`` false leaves that arm
+    out; ``exact`` ``None``: an exact scan below ``EXACT_BELOW`` memories, else HNSW."""
+
+    principal: Principal
+    store_id: str
+    profile: Profile
+    query_text: str
+    vector: npt.NDArray[np.float32] | None
+    filters: SearchFilters
+    per_arm: int
+    subset: str = "all"
+    speaker: str | None = None
+    self_only: bool | None = None
+    images: bool | None = None
+    use_fts: bool = True
+    exact: bool | None = None
+
+
+def predicate_values(retrieval: RetrievalRequest) -> dict[str, object]:
+    """The parameters of the search predicate (_WHERE), by name."""
+    principal, filters = retrieval.principal, retrieval.filters
     return {
-        "workspace": principal.workspace_id, "store": store_id,
+        "workspace": principal.workspace_id, "store": retrieval.store_id,
         "is_service": principal.is_service, "member": principal.member,
         "rooms": principal.rooms, "categories": filters.categories, "tiers": filters.tiers,
         "fact_types": filters.fact_types, "scopes": filters.scopes,
         "entities": filters.entities, "created_after": filters.created_after,
         "created_before": filters.created_before, "event_after": filters.event_after,
         "event_before": filters.event_before, "min_importance": filters.min_importance,
-        "include_superseded": filters.include_superseded, "speaker": speaker,
-        "self_only": self_only, "images": images,
-        "query_vector": None if query_vector is None else Vector(query_vector),
-        "query_text": query_text, "per_arm": per_arm, "docs": float(stats.docs),
-        "avgdl": stats.avgdl, "budget": budget,
+        "include_superseded": filters.include_superseded, "speaker": retrieval.speaker,
+        "self_only": retrieval.self_only, "images": retrieval.images,
     }  # fmt: skip
 
 
-def planned_once(stats: Profile) -> bool:
+def statement_values(retrieval: RetrievalRequest, *, budget: int) -> dict[str, object]:
+    """The parameters of a retrieval's statements, by name (see _WHERE, _TEXT and
+    _VECTOR); each statement takes those it names."""
+    vector, profile = retrieval.vector, retrieval.profile
+    return {
+        **predicate_values(retrieval),
+        "query_vector": None if vector is None else Vector(vector),
+        "query_text": retrieval.query_text if retrieval.use_fts else "",
+        "per_arm": retrieval.per_arm, "docs": float(profile.docs), "avgdl": profile.avgdl,
+        "budget": budget,
+    }  # fmt: skip
+
+
+def planned_once(profile: Profile) -> bool:
     """Whether a search of the store may run on generic plans: its statements are the
     exact ones, whose plans never depend on the store (service.ops.db.PLANNED_ONCE_SETTINGS),
     unlike the HNSW statements."""
-    return stats.docs < EXACT_BELOW
+    return profile.docs < EXACT_BELOW
 
 
 def statement_args(statement: NamedSQL, values: dict[str, object]) -> list[object]:
@@ -348,52 +365,39 @@ def statement_args(statement: NamedSQL, values: dict[str, object]) -> list[objec
 
 
 async def text_ranks(
-    conn: asyncpg.Connection, retrieval: Retrieval, values: dict[str, object]
+    conn: asyncpg.Connection, statements: ArmStatements, values: dict[str, object]
 ) -> dict[str, float]:
     """The full-text arm: memory id -> BM25 score (nothing when the query is empty)."""
     if not values["query_text"]:
         return {}
-    rows = await conn.fetch(retrieval.text.sql, *statement_args(retrieval.text, values))
+    rows = await conn.fetch(statements.text.sql, *statement_args(statements.text, values))
     return {r[0]: r[1] for r in rows}
 
 
 async def with_vectors(
     conn: asyncpg.Connection,
-    retrieval: Retrieval,
+    statements: ArmStatements,
     values: dict[str, object],
     ranks: dict[str, float],
 ) -> list[Candidate]:
     """The vector arm, and every candidate of both arms (``ranks``: the full-text arm's)."""
     rows = await conn.fetch(
-        retrieval.vector.sql,
-        *statement_args(retrieval.vector, {**values, "text_ids": list(ranks)}),
+        statements.vector.sql,
+        *statement_args(statements.vector, {**values, "text_ids": list(ranks)}),
     )
     return [Candidate(fts_rank=ranks.get(r[0]), **dict(r.items())) for r in rows]
 
 
 async def run_statement(
-    conn: asyncpg.Connection, retrieval: Retrieval, values: dict[str, object]
+    conn: asyncpg.Connection, statements: ArmStatements, values: dict[str, object]
 ) -> list[Candidate]:
     """Both arms, one after the other."""
-    return await with_vectors(conn, retrieval, values, await text_ranks(conn, retrieval, values))
+    return await with_vectors(conn, statements, values, await text_ranks(conn, statements, values))
 
 
 async def candidates(
     conn: asyncpg.Connection,
-    principal: Principal,
-    store_id: str,
-    stats: Profile,
-    query_vector: npt.NDArray[np.float32],
-    query_text: str,
-    filters: SearchFilters,
-    *,
-    per_arm: int,
-    subset: str = "all",
-    speaker: str | None = None,
-    self_only: bool | None = None,
-    images: bool | None = None,
-    use_fts: bool = True,
-    exact: bool | None = None,
+    retrieval: RetrievalRequest,
     ranks: dict[str, float] | None = None,
 ) -> list[Candidate]:
     """Both arms' candidates (unordered), for one store. ``ranks``: the full-text arm's,
@@ -406,61 +410,40 @@ async def candidates(
     limit), the exact scan answers instead, so a filtered search never silently loses
     results.
     """
-    retrieval, values = plan(
-        principal, store_id, stats, query_vector, query_text, filters, per_arm=per_arm,
-        subset=subset, speaker=speaker, self_only=self_only, images=images, use_fts=use_fts,
-        exact=exact,
-    )  # fmt: skip
+    assert retrieval.vector is not None
+    statements, values = plan(retrieval)
     if ranks is None:
-        ranks = await text_ranks(conn, retrieval, values)
-    found = await with_vectors(conn, retrieval, values, ranks)
-    if retrieval is STATEMENTS[False, subset] and sum(c.in_vec for c in found) < per_arm:
+        ranks = await text_ranks(conn, statements, values)
+    found = await with_vectors(conn, statements, values, ranks)
+    subset = retrieval.subset
+    if statements is STATEMENTS[False, subset] and sum(c.in_vec for c in found) < retrieval.per_arm:
         values["budget"] = UNBOUNDED
-        exact_retrieval = STATEMENTS[True, subset]
-        ranks = await text_ranks(conn, exact_retrieval, values)
-        found = await with_vectors(conn, exact_retrieval, values, ranks)
+        exact_statements = STATEMENTS[True, subset]
+        ranks = await text_ranks(conn, exact_statements, values)
+        found = await with_vectors(conn, exact_statements, values, ranks)
     return found
 
 
-def plan(
-    principal: Principal,
-    store_id: str,
-    stats: Profile,
-    query_vector: npt.NDArray[np.float32] | None,
-    query_text: str,
-    filters: SearchFilters,
-    *,
-    per_arm: int,
-    subset: str = "all",
-    speaker: str | None = None,
-    self_only: bool | None = None,
-    images: bool | None = None,
-    use_fts: bool = True,
-    exact: bool | None = None,
-) -> tuple[Retrieval, dict[str, object]]:
-    """Which statements a retrieval runs, and their values (``query_vector`` may be
-    missing while only the full-text arm is asked for)."""
+def plan(retrieval: RetrievalRequest) -> tuple[ArmStatements, dict[str, object]]:
+    """Which statements a retrieval runs, and their values."""
+    exact = retrieval.exact
     if exact is None:
-        exact = stats.size(subset) < EXACT_BELOW
-    values = statement_values(
-        principal, store_id, stats, query_vector, query_text if use_fts else "", filters,
-        per_arm=per_arm, budget=UNBOUNDED if exact else MATCH_BUDGET, speaker=speaker,
-        self_only=self_only, images=images,
-    )  # fmt: skip
-    return STATEMENTS[exact, subset], values
+        exact = retrieval.profile.size(retrieval.subset) < EXACT_BELOW
+    values = statement_values(retrieval, budget=UNBOUNDED if exact else MATCH_BUDGET)
+    return STATEMENTS[exact, retrieval.subset], values
 
 
 # In id order: two instances flushing at once take the rows' locks in the same order.
 # The memory's own row is not locked (a lock is a write to its page): the foreign key
 # checks a memory's first stamp, and a memory deleted meanwhile fails that check.
-TOUCH = """
+TOUCH = NamedSQL("""
 INSERT INTO memory_uses AS u (workspace_id, memory_id, last_used_at)
 SELECT m.workspace_id, m.id, now() FROM memories m
-WHERE m.workspace_id = $1 AND m.id = ANY($2::text[])
+WHERE m.workspace_id = :workspace AND m.id = ANY(:ids::text[])
 ORDER BY m.id
 ON CONFLICT (workspace_id, memory_id) DO UPDATE SET last_used_at = excluded.last_used_at
 WHERE u.last_used_at < excluded.last_used_at
-"""
+""")
 
 
 async def touch(conn: asyncpg.Connection | asyncpg.Pool, workspace_id: str, ids: list[str]) -> None:
@@ -469,78 +452,53 @@ async def touch(conn: asyncpg.Connection | asyncpg.Pool, workspace_id: str, ids:
     A memory deleted while its stamp was being written fails the foreign key check; the
     stamp is then written again, and no longer finds it.
     """
+    args = TOUCH.args({"workspace": workspace_id, "ids": ids})
     try:
-        await conn.execute(TOUCH, workspace_id, ids)
+        await conn.execute(TOUCH.sql, *args)
     except asyncpg.ForeignKeyViolationError:
-        await conn.execute(TOUCH, workspace_id, ids)
-
-
-class Toucher:
-    """Batches ``last_used_at = now()`` for returned memories, off the response path."""
-
-    def __init__(self) -> None:
-        self.pending: dict[str, set[str]] = {}
-        self.wake = asyncio.Event()
-
-    def add(self, workspace_id: str, ids: list[str]) -> None:
-        self.pending.setdefault(workspace_id, set()).update(ids)
-        self.wake.set()
-
-    async def flush(self, pool: Any) -> None:
-        """Write the pending stamps. What a failed flush did not write stays pending for
-        the next one (as ``Meter`` keeps its units): a lost stamp would change retention
-        and ranking."""
-        batch, self.pending = self.pending, {}
-        written: set[str] = set()
-        try:
-            for workspace_id, ids in batch.items():
-                if ids:
-                    await touch(pool, workspace_id, sorted(ids))
-                written.add(workspace_id)
-        except BaseException:
-            for workspace_id, ids in batch.items():
-                if workspace_id not in written:
-                    self.pending.setdefault(workspace_id, set()).update(ids)
-            raise
+        await conn.execute(TOUCH.sql, *args)
 
 
 # --- keeping the statistics small ---------------------------------------------------------
 
-FRESH_STORES = """
+FRESH_STORES = NamedSQL("""
 SELECT workspace_id, store_id FROM search_terms WHERE NOT compacted
 UNION
 SELECT workspace_id, store_id FROM search_store_stats WHERE NOT compacted
-LIMIT $1
-"""
+LIMIT :stores
+""")
 
 # Folds a store's deltas into one row per lexeme (and one stats row). Rows a concurrent
 # write inserts meanwhile are not seen by the DELETE and stay as they are; a deleted
 # store's deltas sum to zero and disappear.
-COMPACT_TERMS = """
+COMPACT_TERMS = NamedSQL("""
 WITH gone AS (
-    DELETE FROM search_terms WHERE workspace_id = $1 AND store_id = $2 RETURNING lexeme, df
+    DELETE FROM search_terms WHERE workspace_id = :workspace AND store_id = :store
+    RETURNING lexeme, df
 )
 INSERT INTO search_terms (workspace_id, store_id, lexeme, df, compacted)
-SELECT $1, $2, lexeme, sum(df), true FROM gone GROUP BY lexeme HAVING sum(df) <> 0
-"""
+SELECT :workspace, :store, lexeme, sum(df), true FROM gone GROUP BY lexeme HAVING sum(df) <> 0
+""")
 
-COMPACT_STORE_STATS = """
+COMPACT_STORE_STATS = NamedSQL("""
 WITH gone AS (
-    DELETE FROM search_store_stats WHERE workspace_id = $1 AND store_id = $2
+    DELETE FROM search_store_stats WHERE workspace_id = :workspace AND store_id = :store
     RETURNING docs, length, self_docs, image_docs
 )
 INSERT INTO search_store_stats
     (workspace_id, store_id, docs, length, self_docs, image_docs, compacted)
-SELECT $1, $2, sum(docs), sum(length), sum(self_docs), sum(image_docs), true FROM gone
+SELECT :workspace, :store, sum(docs), sum(length), sum(self_docs), sum(image_docs), true
+FROM gone
 HAVING sum(docs) <> 0 OR sum(length) <> 0
-"""
+""")
 
 
 async def compact_stats(conn: asyncpg.Connection, stores: int = 100) -> int:
     """Fold the statistics deltas of up to ``stores`` stores; returns how many."""
-    fresh = await conn.fetch(FRESH_STORES, stores)
+    fresh = await conn.fetch(FRESH_STORES.sql, *FRESH_STORES.args({"stores": stores}))
     for workspace_id, store_id in fresh:
+        names = {"workspace": workspace_id, "store": store_id}
         async with conn.transaction():
-            await conn.execute(COMPACT_TERMS, workspace_id, store_id)
-            await conn.execute(COMPACT_STORE_STATS, workspace_id, store_id)
+            await conn.execute(COMPACT_TERMS.sql, *COMPACT_TERMS.args(names))
+            await conn.execute(COMPACT_STORE_STATS.sql, *COMPACT_STORE_STATS.args(names))
     return len(fresh)

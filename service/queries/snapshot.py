@@ -29,9 +29,11 @@ from service.queries.search import _WHERE, SUBSETS
 _ROW_FLOATS = VECTOR_DIMENSION + 1
 _ZERO = f"array_fill(0::real, ARRAY[{VECTOR_DIMENSION}])::vector"
 
-VERSION = """
-SELECT coalesce((SELECT version FROM store_versions WHERE workspace_id = $1 AND store_id = $2), 0)
-"""
+VERSION = NamedSQL("""
+SELECT coalesce(
+    (SELECT version FROM store_versions WHERE workspace_id = :workspace AND store_id = :store), 0
+)
+""")
 
 # A search candidate's columns (service.queries.search.Candidate's fields, in order, but
 # for what ranking adds), as ROWS and FETCH both begin; service.retrieval.snapshots reads them by
@@ -42,39 +44,39 @@ m.event_date, m.created_at, {LAST_USED_AT} AS last_used_at, m.text_tokens, m.wri
 """
 
 # Rows in id order; their position in it is the row number every other part refers to.
-ROWS = f"""
+ROWS = NamedSQL(f"""
 SELECT {CANDIDATE_COLUMNS}, m.scope, m.embedding IS NOT NULL AS has_vector,
        length(m.search_tsv) AS length,
        vector_send(coalesce(m.embedding, {_ZERO})) AS vector
 FROM memories m
-WHERE m.workspace_id = $1 AND m.store_id = $2 AND m.status = 'active'
+WHERE m.workspace_id = :workspace AND m.store_id = :store AND m.status = 'active'
 ORDER BY m.id
-"""
+""")
 
 _NUMBERED = """
 WITH r AS (
     SELECT (row_number() OVER (ORDER BY id) - 1)::int AS i, id, search_tsv, chunked
     FROM memories
-    WHERE workspace_id = $1 AND store_id = $2 AND status = 'active'
+    WHERE workspace_id = :workspace AND store_id = :store AND status = 'active'
 )
 """
 
 # Each lexeme's postings: the rows it occurs in and how often (BM25's tf, as the full-text
 # arm counts it: the number of positions).
-POSTINGS = f"""{_NUMBERED}
+POSTINGS = NamedSQL(f"""{_NUMBERED}
 SELECT u.lexeme, array_agg(r.i ORDER BY r.i) AS rows,
        array_agg(cardinality(u.positions) ORDER BY r.i) AS tfs
 FROM r, unnest(r.search_tsv) u
 GROUP BY u.lexeme
-"""
+""")
 
-CHUNKS = f"""{_NUMBERED}
+CHUNKS = NamedSQL(f"""{_NUMBERED}
 SELECT coalesce(array_agg(r.i ORDER BY r.i, c.chunk_index), '{{}}') AS rows,
        coalesce(string_agg(vector_send(c.embedding), ''::bytea ORDER BY r.i, c.chunk_index),
                 ''::bytea) AS vectors
-FROM r JOIN memory_chunks c ON c.workspace_id = $1 AND c.memory_id = r.id
+FROM r JOIN memory_chunks c ON c.workspace_id = :workspace AND c.memory_id = r.id
 WHERE r.chunked
-"""
+""")
 
 
 @dataclass(frozen=True)
@@ -96,11 +98,12 @@ def _vectors(blob: bytes) -> npt.NDArray[np.float32]:
 
 async def load(conn: asyncpg.Connection, workspace_id: str, store_id: str) -> Columns:
     """The store's columns and the version they are exact for."""
+    names = {"workspace": workspace_id, "store": store_id}
     async with conn.transaction(isolation="repeatable_read", readonly=True):
-        version = await conn.fetchval(VERSION, workspace_id, store_id)
-        rows = await conn.fetch(ROWS, workspace_id, store_id)
-        postings = await conn.fetch(POSTINGS, workspace_id, store_id)
-        chunks = await conn.fetchrow(CHUNKS, workspace_id, store_id)
+        version = await conn.fetchval(VERSION.sql, *VERSION.args(names))
+        rows = await conn.fetch(ROWS.sql, *ROWS.args(names))
+        postings = await conn.fetch(POSTINGS.sql, *POSTINGS.args(names))
+        chunks = await conn.fetchrow(CHUNKS.sql, *CHUNKS.args(names))
     assert chunks is not None
     return Columns(
         version=int(version),

@@ -43,9 +43,14 @@ import asyncpg
 import numpy as np
 import numpy.typing as npt
 
-from service.queries import snapshot as sql
+from service.queries import snapshot as snapshot_sql
 from service.queries.keys import Principal
-from service.queries.search import UNBOUNDED, Candidate, Profile, SearchFilters, statement_values
+from service.queries.search import (
+    Candidate,
+    RetrievalRequest,
+    SearchFilters,
+    predicate_values,
+)
 from service.queries.snapshot import Columns
 
 log = logging.getLogger("mneme.snapshots")
@@ -268,64 +273,80 @@ async def candidates(
     connect: Callable[[], Awaitable[asyncpg.Connection]],
     snap: Snapshot,
     reader: Reader,
-    store_id: str,
-    stats: Profile,
-    query_vector: npt.NDArray[np.float32],
-    filters: SearchFilters,
-    *,
-    per_arm: int,
-    subset: str,
-    speaker: str | None,
-    self_only: bool | None,
-    images: bool | None,
-    use_fts: bool,
+    retrieval: RetrievalRequest,
 ) -> list[Candidate] | None:
     """Both arms' candidates, as ``service.queries.search.candidates`` finds them: each
     arm's best ``per_arm`` of the memories that pass the search predicate. ``None`` where
     the SQL arms must answer: the predicate passed too few of what an arm proposed, and
     the arm had more to propose. ``connect``: a connection, for proposals to check (an
     answer from memory alone takes none)."""
-    if in_memory(reader, filters):
-        # The whole predicate, known here: liveness (the snapshot holds active rows at the
-        # store's current version), readability (by scope), and no filter.
+    assert retrieval.vector is not None
+    if in_memory(reader, retrieval.filters):
         assert reader.scopes is not None
-        mask = snap.allowed(
-            reader.scopes, subset=subset, speaker=speaker, self_only=self_only, images=images
-        )
-        vec = snap.vector_arm(query_vector, mask, per_arm)
-        text = snap.text_arm(stats.lexemes, mask, per_arm) if use_fts else NOTHING
-        return _assemble(
-            snap, query_vector, vec, text, {r: snap.rows[r] for r in vec.rows + text.rows}
-        )
-    # Proposed, then checked. Everything proposed passes for a service key without
-    # filters (unless a write lands meanwhile); a filter or a narrower reader passes fewer.
-    mask = snap.eligible(subset=subset, speaker=speaker, self_only=self_only, images=images)
-    principal = reader.principal
-    reach = per_arm if principal.is_service and filters == UNFILTERED else 3 * per_arm
-    vec = snap.vector_arm(query_vector, mask, reach)
-    text = snap.text_arm(stats.lexemes, mask, reach) if use_fts else NOTHING
-    values = statement_values(
-        principal, store_id, stats, None, "", filters, per_arm=per_arm, budget=UNBOUNDED,
-        speaker=speaker, self_only=self_only, images=images,
+        return _from_memory(snap, reader.scopes, retrieval, retrieval.vector)
+    return await _checked(connect, snap, retrieval, retrieval.vector)
+
+
+def _from_memory(
+    snap: Snapshot,
+    scopes: frozenset[str],
+    retrieval: RetrievalRequest,
+    vector: npt.NDArray[np.float32],
+) -> list[Candidate]:
+    """The whole predicate, known here: liveness (the snapshot holds active rows at the
+    store's current version), readability (by ``scopes``, those the reader may read), and
+    no filter."""
+    mask = snap.allowed(
+        scopes, subset=retrieval.subset, speaker=retrieval.speaker,
+        self_only=retrieval.self_only, images=retrieval.images,
     )  # fmt: skip
-    proposed = list(dict.fromkeys(vec.rows + text.rows))
-    passed = await sql.readable(await connect(), subset, values, [snap.ids[r] for r in proposed])
+    per_arm = retrieval.per_arm
+    vec = snap.vector_arm(vector, mask, per_arm)
+    text = snap.text_arm(retrieval.profile.lexemes, mask, per_arm) if retrieval.use_fts else NOTHING
+    return _assemble(snap, vector, vec, text, {row: snap.rows[row] for row in vec.rows + text.rows})
 
-    def kept(arm: Proposal) -> Proposal | None:
-        rows, scores = [], []
-        for row, score in zip(arm.rows, arm.scores, strict=True):
-            if snap.ids[row] in passed:
-                rows.append(row)
-                scores.append(score)
-                if len(rows) == per_arm:
-                    return Proposal(rows, scores, False)
-        return Proposal(rows, scores, True) if arm.complete else None
 
-    vec_kept, text_kept = kept(vec), kept(text)
+async def _checked(
+    connect: Callable[[], Awaitable[asyncpg.Connection]],
+    snap: Snapshot,
+    retrieval: RetrievalRequest,
+    vector: npt.NDArray[np.float32],
+) -> list[Candidate] | None:
+    """Proposed, then checked. Everything proposed passes for a service key without
+    filters (unless a write lands meanwhile); a filter or a narrower reader passes fewer."""
+    mask = snap.eligible(
+        subset=retrieval.subset, speaker=retrieval.speaker, self_only=retrieval.self_only,
+        images=retrieval.images,
+    )  # fmt: skip
+    per_arm = retrieval.per_arm
+    unfiltered = retrieval.principal.is_service and retrieval.filters == UNFILTERED
+    reach = per_arm if unfiltered else 3 * per_arm
+    vec = snap.vector_arm(vector, mask, reach)
+    text = snap.text_arm(retrieval.profile.lexemes, mask, reach) if retrieval.use_fts else NOTHING
+    proposed = [snap.ids[row] for row in dict.fromkeys(vec.rows + text.rows)]
+    passed = await snapshot_sql.readable(
+        await connect(), retrieval.subset, predicate_values(retrieval), proposed
+    )
+    vec_kept, text_kept = _kept(snap, vec, passed, per_arm), _kept(snap, text, passed, per_arm)
     if vec_kept is None or text_kept is None:
         return None
-    records = {r: passed[snap.ids[r]] for r in vec_kept.rows + text_kept.rows}
-    return _assemble(snap, query_vector, vec_kept, text_kept, records)
+    records = {row: passed[snap.ids[row]] for row in vec_kept.rows + text_kept.rows}
+    return _assemble(snap, vector, vec_kept, text_kept, records)
+
+
+def _kept(
+    snap: Snapshot, arm: Proposal, passed: dict[str, asyncpg.Record], per_arm: int
+) -> Proposal | None:
+    """The arm's best ``per_arm`` of the rows that ``passed`` the check; ``None`` when
+    fewer passed and the arm had more to propose."""
+    rows, scores = [], []
+    for row, score in zip(arm.rows, arm.scores, strict=True):
+        if snap.ids[row] in passed:
+            rows.append(row)
+            scores.append(score)
+            if len(rows) == per_arm:
+                return Proposal(rows, scores, False)
+    return Proposal(rows, scores, True) if arm.complete else None
 
 
 class Snapshots:
@@ -339,7 +360,7 @@ class Snapshots:
         self.max_bytes = max_bytes
         self.reload_s = reload_s
         self.max_age_s = max_age_s
-        self._held: OrderedDict[tuple[str, str], Snapshot] = OrderedDict()
+        self._by_store: OrderedDict[tuple[str, str], Snapshot] = OrderedDict()
         self._bytes = 0
         self._reading: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._next_read: dict[tuple[str, str], float] = {}  # not before, by store
@@ -350,7 +371,7 @@ class Snapshots:
         """The snapshot of the store ``ref`` named last time, if one is held (the store
         lookup then says whether it is still that store, at that version)."""
         store_id = self._refs.get((workspace_id, ref))
-        return None if store_id is None else self._held.get((workspace_id, store_id))
+        return None if store_id is None else self._by_store.get((workspace_id, store_id))
 
     def fresh(self, workspace_id: str, ref: str, store_id: str, version: int) -> Snapshot | None:
         """The store's snapshot if it is exact for ``version`` and young enough; else
@@ -361,20 +382,20 @@ class Snapshots:
         while len(refs) > 10_000:
             refs.popitem(last=False)
         key = (workspace_id, store_id)
-        found = self._held.get(key)
+        found = self._by_store.get(key)
         if found is None or found.version != version or found.age() > self.max_age_s:
-            self._want(key)
+            self._request_read(key)
             return None
-        self._held.move_to_end(key)
+        self._by_store.move_to_end(key)
         found.used_at = time.monotonic()
         return found
 
     def touch(self, workspace_id: str, store_id: str, ids: Iterable[str], at: datetime) -> None:
-        found = self._held.get((workspace_id, store_id))
+        found = self._by_store.get((workspace_id, store_id))
         if found is not None:
             found.touch(ids, at)
 
-    def _want(self, key: tuple[str, str]) -> None:
+    def _request_read(self, key: tuple[str, str]) -> None:
         """Read the store's snapshot again in the background, unless one is being read or
         the last read is too recent: ``reload_s`` ago, or ten times as long as that read
         took (a store written to all the time costs at most a tenth of a core in reads)."""
@@ -383,26 +404,26 @@ class Snapshots:
         now = time.monotonic()
         if key in self._reading or now < self._next_read.get(key, -math.inf):
             return
-        if self._full(now):
+        if self._no_room(now):
             return  # no room but what recent searches use: reading would only thrash
         if len(self._next_read) > 10_000:  # forget stores that may be read again anyway
             self._next_read = {k: t for k, t in self._next_read.items() if t > now}
         self._next_read[key] = now + self.reload_s
         self._reading[key] = asyncio.create_task(self._read(key), name="mneme-snapshot-read")
 
-    def _full(self, now: float) -> bool:
+    def _no_room(self, now: float) -> bool:
         """Whether the held snapshots fill the memory allowed and even the least recently
         used was used in the last ``max_age_s`` (more small stores searched than fit)."""
-        if self._bytes < 0.9 * self.max_bytes or not self._held:
+        if self._bytes < 0.9 * self.max_bytes or not self._by_store:
             return False
-        oldest = next(iter(self._held.values()))
+        oldest = next(iter(self._by_store.values()))
         return now - oldest.used_at < self.max_age_s
 
     async def _read(self, key: tuple[str, str]) -> None:
         started = time.monotonic()
         try:
             async with self.pool.acquire() as conn:
-                columns = await sql.load(conn, *key)
+                columns = await snapshot_sql.load(conn, *key)
             # Built in a thread: for a store of 20,000 memories that is tens of ms of Python.
             self._put(key, await asyncio.to_thread(Snapshot, columns))
         except asyncio.CancelledError:
@@ -415,15 +436,15 @@ class Snapshots:
             self._next_read[key] = max(self._next_read.get(key, 0.0), started + 10 * took)
 
     def _put(self, key: tuple[str, str], snap: Snapshot) -> None:
-        old = self._held.pop(key, None)
+        old = self._by_store.pop(key, None)
         if old is not None:
             self._bytes -= old.nbytes
         if snap.nbytes > self.max_bytes:
             return
-        self._held[key] = snap
+        self._by_store[key] = snap
         self._bytes += snap.nbytes
         while self._bytes > self.max_bytes:
-            _, evicted = self._held.popitem(last=False)
+            _, evicted = self._by_store.popitem(last=False)
             self._bytes -= evicted.nbytes
 
     @property

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from service.queries.named import NamedSQL
+
 log = logging.getLogger("mneme.store_indexes")
 
 # Held while building or dropping: one instance at a time does either.
@@ -42,38 +44,56 @@ SELECT workspace_id, store_id, sum(docs) AS docs FROM search_store_stats GROUP B
 """
 
 # The largest store that needs an index: none yet, or a build cut short.
-WANTED = f"""
+_WANTED = f"""
 WITH sizes AS ({_SIZES})
 SELECT s.workspace_id, s.store_id, s.docs FROM sizes s
 JOIN stores st ON st.workspace_id = s.workspace_id AND st.id = s.store_id
 LEFT JOIN store_vector_indexes i
        ON i.workspace_id = s.workspace_id AND i.store_id = s.store_id
-WHERE s.docs >= $1 AND i.built_at IS NULL
+WHERE s.docs >= :min_docs AND i.built_at IS NULL
 ORDER BY s.docs DESC, s.workspace_id, s.store_id
 LIMIT 1
 """
+WANTED = NamedSQL(_WANTED)
 
 # Indexes no store needs: the store is gone, has shrunk below half the line, or the
-# feature is off ($1 = 0).
-UNWANTED = f"""
+# feature is off (:min_docs = 0).
+_UNWANTED = f"""
 WITH sizes AS ({_SIZES})
 SELECT i.workspace_id, i.store_id, i.index_name FROM store_vector_indexes i
 LEFT JOIN stores st ON st.workspace_id = i.workspace_id AND st.id = i.store_id
 LEFT JOIN sizes s ON s.workspace_id = i.workspace_id AND s.store_id = i.store_id
-WHERE $1 = 0 OR st.id IS NULL OR coalesce(s.docs, 0) < $1 / 2
+WHERE :min_docs = 0 OR st.id IS NULL OR coalesce(s.docs, 0) < :min_docs / 2
 ORDER BY 1, 2
 """
+UNWANTED = NamedSQL(_UNWANTED)
+
+# Whether reconcile has anything to do; with the feature off, only drops can be due.
+DUE = NamedSQL(f"SELECT EXISTS ({_UNWANTED}) OR EXISTS ({_WANTED})")
+DUE_DROPS_ONLY = NamedSQL(f"SELECT EXISTS ({_UNWANTED}) OR false")
 
 # format(): the ids are quoted by PostgreSQL, not by string pasting here.
-CREATE = """
+CREATE = NamedSQL("""
 SELECT format(
     'CREATE INDEX CONCURRENTLY %I ON memories USING hnsw (embedding vector_cosine_ops) '
-    'WHERE workspace_id = %L AND store_id = %L', $1::text, $2::text, $3::text)
-"""
-BUILT = """
-UPDATE store_vector_indexes SET built_at = now() WHERE workspace_id = $1 AND store_id = $2
-"""
-DROP = "SELECT format('DROP INDEX CONCURRENTLY IF EXISTS %I', $1::text)"
+    'WHERE workspace_id = %L AND store_id = %L', :name::text, :workspace::text, :store::text)
+""")
+DROP = NamedSQL("SELECT format('DROP INDEX CONCURRENTLY IF EXISTS %I', :name::text)")
+# The row naming a store's index: written before the build, stamped once it is valid.
+NAME = NamedSQL("""
+INSERT INTO store_vector_indexes (workspace_id, store_id, index_name)
+VALUES (:workspace, :store, :name)
+ON CONFLICT (workspace_id, store_id) DO UPDATE SET index_name = excluded.index_name
+""")
+BUILT = NamedSQL("""
+UPDATE store_vector_indexes SET built_at = now()
+WHERE workspace_id = :workspace AND store_id = :store
+""")
+FORGET = NamedSQL(
+    "DELETE FROM store_vector_indexes WHERE workspace_id = :workspace AND store_id = :store"
+)
+TRY_LOCK = NamedSQL("SELECT pg_try_advisory_lock(:lock)")
+UNLOCK = NamedSQL("SELECT pg_advisory_unlock(:lock)")
 
 
 def index_name(workspace_id: str, store_id: str) -> str:
@@ -91,8 +111,8 @@ class Changes:
 async def due(conn: asyncpg.Connection | asyncpg.Pool, min_docs: int) -> bool:
     """Whether ``reconcile`` has anything to do (a pooled connection answers: the pass
     opens its own only then, not once a minute on every instance)."""
-    wanted = f"EXISTS ({WANTED})" if min_docs > 0 else "false"
-    return bool(await conn.fetchval(f"SELECT EXISTS ({UNWANTED}) OR {wanted}", min_docs))
+    statement = DUE if min_docs > 0 else DUE_DROPS_ONLY
+    return bool(await conn.fetchval(statement.sql, *statement.args({"min_docs": min_docs})))
 
 
 async def reconcile(url: str, min_docs: int) -> Changes | None:
@@ -100,48 +120,41 @@ async def reconcile(url: str, min_docs: int) -> Changes | None:
     needs. ``None``: another instance is at it (nothing done here)."""
     conn = await asyncpg.connect(url)
     try:
-        if not await conn.fetchval("SELECT pg_try_advisory_lock($1)", BUILDER_LOCK):
+        lock = TRY_LOCK.args({"lock": BUILDER_LOCK})
+        if not await conn.fetchval(TRY_LOCK.sql, *lock):
             return None
+        sizes = WANTED.args({"min_docs": min_docs})
         try:
             dropped = [
                 await _drop(conn, workspace_id, store_id, name)
-                for workspace_id, store_id, name in await conn.fetch(UNWANTED, min_docs)
+                for workspace_id, store_id, name in await conn.fetch(UNWANTED.sql, *sizes)
             ]
             built = []
-            if min_docs > 0 and (wanted := await conn.fetchrow(WANTED, min_docs)) is not None:
+            if min_docs > 0 and (wanted := await conn.fetchrow(WANTED.sql, *sizes)) is not None:
                 built.append(await _build(conn, wanted[0], wanted[1], wanted[2]))
             return Changes(built, dropped)
         finally:
-            await conn.execute("SELECT pg_advisory_unlock($1)", BUILDER_LOCK)
+            await conn.execute(UNLOCK.sql, *lock)
     finally:
         await conn.close()
 
 
 async def _drop(conn: asyncpg.Connection, workspace_id: str, store_id: str, name: str) -> str:
-    await conn.execute(await conn.fetchval(DROP, name))
-    await conn.execute(
-        "DELETE FROM store_vector_indexes WHERE workspace_id = $1 AND store_id = $2",
-        workspace_id, store_id,
-    )  # fmt: skip
+    await conn.execute(await conn.fetchval(DROP.sql, *DROP.args({"name": name})))
+    await conn.execute(FORGET.sql, *FORGET.args({"workspace": workspace_id, "store": store_id}))
     log.info("dropped a store's own vector index", extra={"store": store_id, "index": name})
     return name
 
 
 async def _build(conn: asyncpg.Connection, workspace_id: str, store_id: str, docs: int) -> str:
     name = index_name(workspace_id, store_id)
-    await conn.execute(
-        """
-        INSERT INTO store_vector_indexes (workspace_id, store_id, index_name)
-        VALUES ($1, $2, $3)
-        ON CONFLICT (workspace_id, store_id) DO UPDATE SET index_name = excluded.index_name
-        """,
-        workspace_id, store_id, name,
-    )  # fmt: skip
+    store = {"workspace": workspace_id, "store": store_id}
+    await conn.execute(NAME.sql, *NAME.args({**store, "name": name}))
     started = time.monotonic()
     # A build cut short leaves an invalid index of this name: dropped, built again.
-    await conn.execute(await conn.fetchval(DROP, name))
-    await conn.execute(await conn.fetchval(CREATE, name, workspace_id, store_id))
-    await conn.execute(BUILT, workspace_id, store_id)
+    await conn.execute(await conn.fetchval(DROP.sql, *DROP.args({"name": name})))
+    await conn.execute(await conn.fetchval(CREATE.sql, *CREATE.args({**store, "name": name})))
+    await conn.execute(BUILT.sql, *BUILT.args(store))
     log.info(
         "built a store's own vector index",
         extra={"store": store_id, "index": name, "memories": docs,

@@ -17,6 +17,12 @@ VERIFY_SAME_DAY = 1.1
 VERIFY_DEPTH = 80
 
 
+def verify_depth(per_arm: int, passes: int) -> int:
+    """Candidates per arm of a retrieval that verify's ``passes`` draw on: a little deeper
+    than a plain one."""
+    return max(per_arm, VERIFY_DEPTH) if passes else per_arm
+
+
 def day_of(c: Candidate) -> Hashable:
     return utc(c.event_date or c.created_at).date()
 

@@ -1,18 +1,17 @@
-"""What a search costs and how its answer is cached (SPEC §3.3 usage and cache_control).
+"""What a search costs (SPEC §3.3 usage and cache_control).
 
 Query tokens at 1x (2x / 3x when writing a 5 m / 1 h cache entry, 0.1x on a hit), plus
-the result tokens delivered.
+the result tokens delivered (0.1x on a hit).
 """
 
 from __future__ import annotations
 
-import hashlib
-
-import msgspec
-
 from embeddings import Embedder
-from service.faces.search.request import SearchRequest
+from embeddings.batcher import QueryEncoder
 from service.queries.search import Candidate
+
+WRITE_RATE = {"5m": 2.0, "1h": 3.0}
+HIT_RATE = 0.1
 
 
 def result_tokens_of(delivered: list[Candidate], embedder: Embedder) -> int:
@@ -23,14 +22,26 @@ def result_tokens_of(delivered: list[Candidate], embedder: Embedder) -> int:
     return counted + sum(embedder.count_tokens_many(uncounted))
 
 
-WRITE_RATE = {"5m": 2.0, "1h": 3.0}
-TTL_S = {"5m": 300.0, "1h": 3600.0}
+def query_tokens_of(queries: QueryEncoder, embedder: Embedder, query: str) -> int:
+    """The query's tokens: counted with its encoding, off the event loop, if it was
+    encoded; else here."""
+    counted = queries.tokens(query)
+    return embedder.count_tokens(query) if counted is None else counted
 
 
-def options_key(req: SearchRequest) -> bytes:
-    """Every request option except the query and cache_control."""
-    options = {
-        "max_results": req.max_results, "speaker": req.speaker, "filters": req.filters,
-        "form": req.form, "tz": req.tz, "max_images": req.max_images, "verify": req.verify,
-    }  # fmt: skip
-    return hashlib.sha256(msgspec.json.encode(options, enc_hook=str)).digest()
+def hit_units(query_tokens: int, result_tokens: int) -> float:
+    """A cache hit: the query and the cached results at the hit rate."""
+    return HIT_RATE * (query_tokens + result_tokens)
+
+
+def miss_units(query_tokens: int, result_tokens: int) -> float:
+    """A search without cache_control."""
+    return query_tokens + result_tokens
+
+
+def write_units(ttl: str, query_tokens: int, result_tokens: int, prefix_tokens: int) -> float:
+    """A search that writes a cache entry for ``ttl``: the query at the write rate but for
+    ``prefix_tokens`` (the part a previous entry's query already held) at the hit rate."""
+    return (
+        HIT_RATE * prefix_tokens + WRITE_RATE[ttl] * (query_tokens - prefix_tokens) + result_tokens
+    )

@@ -107,7 +107,33 @@ def parse_request(raw: bytes, model: MemoryModel, form_header: str | None) -> Se
     unknown = sorted(set(body) - set(TOP_LEVEL))
     if unknown:
         warnings.append(f"Ignored unknown field(s): {', '.join(unknown)}")
+    user_id = _user_id(body)
+    query = _query(body)
+    max_results = _int(body, "max_results", 5, 20, model.default_max_results)
+    verify = _int(body, "verify", 0, 3, 0)
+    max_images = _int(body, "max_images", 0, 5, 1)
+    tz = _int(body, "tz", -12, 14, 0)
+    form = _form(body, form_header)
+    speaker = body.get("speaker")
+    if speaker is not None and (not isinstance(speaker, str) or not speaker):
+        raise bad_request("speaker must be a non-empty string", param="speaker")
+    cache = _cache_control(body)
+    filters = parse_filters(body.get("filters"), warnings)
+    # What the model cannot serve is refused (values actually sent), naming the model.
+    if verify >= 1 and not model.verify:
+        raise forbidden(f"{model.name} cannot run verify passes; use Tablet 2")
+    if "max_images" in body and max_images >= 1 and not model.images:
+        raise forbidden(f"{model.name} does not store images; use Tablet 2")
+    if form is not None and not model.form:
+        raise forbidden(f"{model.name} cannot render a form; use Scroll 1.2 or Tablet 2")
+    return SearchRequest(
+        store_ref=user_id, query=query, max_results=max_results, speaker=speaker,
+        filters=filters, form=form, tz=tz, max_images=max_images, verify=verify, cache=cache,
+        warnings=warnings,
+    )  # fmt: skip
 
+
+def _user_id(body: dict[str, Any]) -> str:
     user_id = body.get("user_id")
     if not isinstance(user_id, str) or not USER_ID.fullmatch(user_id):
         raise bad_request(
@@ -115,6 +141,10 @@ def parse_request(raw: bytes, model: MemoryModel, form_header: str | None) -> Se
             "letter or digit",
             param="user_id",
         )
+    return user_id
+
+
+def _query(body: dict[str, Any]) -> str:
     query = body.get("query")
     if not isinstance(query, str) or is_blank(query):
         raise bad_request("query is required and must not be empty", param="query")
@@ -122,12 +152,11 @@ def parse_request(raw: bytes, model: MemoryModel, form_header: str | None) -> Se
         raise bad_request(f"query is longer than {MAX_QUERY_BYTES} bytes", param="query")
     if "\x00" in query:
         raise bad_request("query must not contain NUL characters", param="query")
+    return query
 
-    max_results = _int(body, "max_results", 5, 20, model.default_max_results)
-    verify = _int(body, "verify", 0, 3, 0)
-    max_images = _int(body, "max_images", 0, 5, 1)
-    tz = _int(body, "tz", -12, 14, 0)
 
+def _form(body: dict[str, Any], form_header: str | None) -> str | None:
+    """The form the body or the X-WOS-Form header asks for (they must agree)."""
     form = body.get("form")
     if form is not None and form not in FORMS:
         raise bad_request(
@@ -140,35 +169,20 @@ def parse_request(raw: bytes, model: MemoryModel, form_header: str | None) -> Se
         if form is not None and form != header_form:
             raise bad_request("form and the X-WOS-Form header disagree")
         form = header_form
+    return form
 
-    speaker = body.get("speaker")
-    if speaker is not None and (not isinstance(speaker, str) or not speaker):
-        raise bad_request("speaker must be a non-empty string", param="speaker")
 
-    cache = None
-    if body.get("cache_control") is not None:
-        cc = body["cache_control"]
-        if not isinstance(cc, dict) or cc.get("type") != "ephemeral" or set(cc) - {"type", "ttl"}:
-            raise bad_request(
-                'cache_control must be {"type": "ephemeral", "ttl": "5m" | "1h"}',
-                param="cache_control",
-            )
-        cache = cc.get("ttl", "5m")
-        if cache not in ("5m", "1h"):
-            raise bad_request('cache_control.ttl must be "5m" or "1h"', param="cache_control")
-
-    filters = parse_filters(body.get("filters"), warnings)
-
-    # What the model cannot serve is refused (values actually sent), naming the model.
-    if verify >= 1 and not model.verify:
-        raise forbidden(f"{model.name} cannot run verify passes; use Tablet 2")
-    if "max_images" in body and max_images >= 1 and not model.images:
-        raise forbidden(f"{model.name} does not store images; use Tablet 2")
-    if form is not None and not model.form:
-        raise forbidden(f"{model.name} cannot render a form; use Scroll 1.2 or Tablet 2")
-
-    return SearchRequest(
-        store_ref=user_id, query=query, max_results=max_results, speaker=speaker,
-        filters=filters, form=form, tz=tz, max_images=max_images, verify=verify, cache=cache,
-        warnings=warnings,
-    )  # fmt: skip
+def _cache_control(body: dict[str, Any]) -> str | None:
+    """The cache entry's TTL ("5m" or "1h"); ``None``: no cache_control."""
+    if body.get("cache_control") is None:
+        return None
+    cc = body["cache_control"]
+    if not isinstance(cc, dict) or cc.get("type") != "ephemeral" or set(cc) - {"type", "ttl"}:
+        raise bad_request(
+            'cache_control must be {"type": "ephemeral", "ttl": "5m" | "1h"}',
+            param="cache_control",
+        )
+    cache = cc.get("ttl", "5m")
+    if cache not in ("5m", "1h"):
+        raise bad_request('cache_control.ttl must be "5m" or "1h"', param="cache_control")
+    return str(cache)
