@@ -159,19 +159,16 @@ LIMIT 1
 """
 
 
-_SELECT_STORE = f"SELECT {STORE_COLUMNS} FROM stores {store_named(':workspace', ':ref')}"
+# The store :ref names in workspace :workspace: a statement of its own, and a part of
+# service.queries.search's store-and-profile statement.
+SELECT_STORE = f"SELECT {STORE_COLUMNS} FROM stores {store_named(':workspace', ':ref')}"
 
-RESOLVE_STORE = NamedSQL(_SELECT_STORE)
+RESOLVE_STORE = NamedSQL(SELECT_STORE)
 
 # For a write: the store's row stays until the writer commits (a delete of the store waits
 # for it, then deletes what it wrote), where the memory's foreign key, checked later, would
 # fail if the store were deleted in between.
-SELECT_STORE_FOR_WRITE = NamedSQL(_SELECT_STORE + "FOR KEY SHARE OF stores")
-
-# The same statement numbered, for service.queries.search, which embeds it in a statement
-# that still numbers its own parameters: $1 the workspace, $2 the store's id or name.
-SELECT_STORE = RESOLVE_STORE.sql
-assert RESOLVE_STORE.names == ["workspace", "ref"]
+SELECT_STORE_FOR_WRITE = NamedSQL(SELECT_STORE + "FOR KEY SHARE OF stores")
 
 
 async def resolve_store(

@@ -218,22 +218,21 @@ class Profile:
 
 
 # A search's store (by id or name, as memories.resolve_store) and its profile: one round trip.
-# Positional parameters: SELECT_STORE (service.queries.memories) takes $1 and $2.
-STORE_AND_PROFILE = f"""
-SELECT s.*, p.*, tsvector_to_array(to_tsvector('english', $3::text)) AS lexemes,
-       array(SELECT x FROM unnest($4::text[]) x WHERE mneme_readable(x, $5, $6, $7))
-           AS readable_scopes,
-       array(SELECT sp.name FROM speakers sp WHERE sp.workspace_id = $1 AND sp.store_id = s.id)
-           AS speakers
+STORE_AND_PROFILE = NamedSQL(f"""
+SELECT s.*, p.*, tsvector_to_array(to_tsvector('english', :query::text)) AS lexemes,
+       array(SELECT x FROM unnest(:scopes::text[]) x
+             WHERE mneme_readable(x, :is_service, :member, :rooms)) AS readable_scopes,
+       array(SELECT sp.name FROM speakers sp
+             WHERE sp.workspace_id = :workspace AND sp.store_id = s.id) AS speakers
 FROM ({SELECT_STORE}) s
 CROSS JOIN LATERAL (
     SELECT coalesce(sum(docs), 0)::bigint AS docs, coalesce(sum(length), 0)::bigint AS length,
            coalesce(sum(self_docs), 0)::bigint AS self_docs,
            coalesce(sum(image_docs), 0)::bigint AS image_docs
     FROM search_store_stats
-    WHERE workspace_id = $1 AND store_id = s.id
+    WHERE workspace_id = :workspace AND store_id = s.id
 ) p
-"""
+""")
 
 
 async def store_and_profile(
@@ -250,9 +249,10 @@ async def store_and_profile(
     is_service, member, rooms = (
         (False, None, []) if reader is None else (reader.is_service, reader.member, reader.rooms)
     )
-    row = await conn.fetchrow(
-        STORE_AND_PROFILE, workspace_id, ref, query, list(scopes), is_service, member, rooms
-    )
+    row = await STORE_AND_PROFILE.fetchrow(
+        conn, workspace=workspace_id, ref=ref, query=query, scopes=list(scopes),
+        is_service=is_service, member=member, rooms=rooms,
+    )  # fmt: skip
     if row is None:
         return None
     store = Store(**{f.name: row[f.name] for f in fields(Store)})
