@@ -139,3 +139,14 @@ def test_readme_layout_lists_every_module() -> None:
     modules = {str(p.relative_to(ROOT)) for p in MODULES.values() if p.name != "__init__.py"}
     assert sorted(m for m in modules if listed.count(m) != 1) == []
     assert [path for path in listed if not (ROOT / path).exists()] == []
+
+
+def test_pipelines_import_no_face_and_not_each_other() -> None:
+    """The write path and the search path past the handler are called by the faces (and
+    mneme import): they import no face, not the app, and not one another."""
+    for name, path in MODULES.items():
+        for package, other in (("write", "retrieval"), ("retrieval", "write")):
+            if name.startswith(f"service.{package}"):
+                banned = ("service.faces", "service.routes", f"service.{other}")
+                found = {m for m in imports(path) if m.startswith(banned) or m == "service.app"}
+                assert not found, f"{name} imports {sorted(found)}"
