@@ -27,7 +27,6 @@ import argparse
 import asyncio
 import itertools
 import pickle
-import re
 import tempfile
 from collections import defaultdict
 from collections.abc import Sequence
@@ -48,10 +47,6 @@ CACHE = Path(tempfile.gettempdir()) / "mneme-lever-lab.pickle"
 SESSION_WEIGHTS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
 SESSION_DEPTHS = (1, 2, 3)
 TIME_WEIGHTS = (0.1, 0.2, 0.4, 0.7, 1.0, 1.5, 2.5)
-MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august",
-          "september", "october", "november", "december")  # fmt: skip
-MONTH = re.compile(r"\b(" + "|".join(MONTHS) + r")\b(?:,?\s+(\d{4}))?", re.IGNORECASE)
-YEAR = re.compile(r"\b(19|20)\d{2}\b")
 
 
 async def fetch() -> None:
@@ -101,21 +96,12 @@ def with_session_evidence(
 def with_named_period(
     fused: Sequence[tuple[Candidate, float]], text: str, weight: float
 ) -> list[tuple[Candidate, float]]:
-    """Candidates whose ``event_date`` falls in the month or year ``text`` names, times
-    ``1 + weight``."""
-    month, year = named_period(text)
-    if month is None and year is None:
+    """Candidates whose ``event_date`` falls in the month or year ``text`` names (the
+    service's ``ranking.named_period``), times ``1 + weight``."""
+    period = ranking.named_period(text)
+    if period is None:
         return list(fused)
-
-    def inside(c: Candidate) -> bool:
-        d = c.event_date
-        return (
-            d is not None
-            and (month is None or d.month == month)
-            and (year is None or d.year == year)
-        )
-
-    return [(c, s * (1 + weight) if inside(c) else s) for c, s in fused]
+    return [(c, s * (1 + weight) if period.holds(c.event_date) else s) for c, s in fused]
 
 
 def lever_ranker(
@@ -149,17 +135,6 @@ def _finish(
     return [c for c, _ in ranking.below_superseders(scored)]
 
 
-def named_period(text: str) -> tuple[int | None, int | None]:
-    """(month, year) a question names, either possibly None."""
-    month = year = None
-    if found := MONTH.search(text):
-        month = MONTHS.index(found.group(1).lower()) + 1
-        year = int(found.group(2)) if found.group(2) else None
-    if year is None and (y := YEAR.search(text)):
-        year = int(y.group(0))
-    return month, year
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--fetch", action="store_true", help="write LoCoMo and cache candidates")
@@ -172,11 +147,11 @@ def main() -> None:
     ids = cached["ids"]
     texts = {id(q): t for q, t in zip(questions, cached["texts"], strict=True)}
     now = datetime.now(UTC)
-    today = ranking_folds.weighted(ranking.DEFAULT_WEIGHTS, now)
+    today = lever_ranker(now, texts)  # the ranking before issue 36: no lever
     floor = ranking_folds.recalls(questions, today, ids)
-    named = sum(1 for t in cached["texts"] if named_period(t) != (None, None))
+    named = sum(1 for t in cached["texts"] if ranking.named_period(t) is not None)
     grids: dict[str, dict[str, Ranker]] = {
-        "today": {"shipped": today},
+        "before": {"issue 14's": today},
         "session evidence": {
             f"w={w} m={m}": lever_ranker(now, texts, session=(w, m))
             for w, m in itertools.product(SESSION_WEIGHTS, SESSION_DEPTHS)

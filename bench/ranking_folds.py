@@ -11,7 +11,8 @@ and the defaults ranked here must reproduce the HTTP figure (a check that this h
 ranks what the service ranks).
 
 Ablation, each lever added to the one before: the previous ranking (reciprocal rank
-fusion, k = 5), score fusion, the named speaker, then neighbours in write order.
+fusion, k = 5), score fusion, the named speaker, neighbours in write order, then the
+month or year a question names (issue 36).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import itertools
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ PER_ARM = 80  # a 20-result search's (service.faces.search.retrieve.per_arm_of: 
 TEXT_WEIGHTS = (0.5, 0.7, 1.0, 1.3, 1.6, 2.0)
 SPEAKER_WEIGHTS = (0.2, 0.4, 0.6, 0.8)
 NEIGHBOUR_WEIGHTS = (0.1, 0.2, 0.3, 0.4, 0.5)
+PERIOD_WEIGHTS = (0.2, 0.4, 0.7)
 HEADLINE = (1, 2, 3, 4)
 # What a category may lose against the ranking before (issue 14), in the folds' choice.
 MAX_LOSS = 0.01
@@ -49,6 +51,7 @@ class Question:
     evidence: list[str]
     candidates: list[Candidate]
     speaker: str | None  # the registered speaker it names
+    period: ranking.Period | None = None  # the month or year it names
 
 
 Ranker = Callable[[Question], list[Candidate]]
@@ -81,7 +84,8 @@ async def fetch(
                     per_arm=PER_ARM, subset="all", self_only=False, images=False,
                 ))  # fmt: skip
             speaker = ranking.named_speaker(q["question"], stats.speakers)
-            out.append(Question(q["store"], q["category"], q["evidence"], cands, speaker))
+            period = ranking.named_period(q["question"])
+            out.append(Question(q["store"], q["category"], q["evidence"], cands, speaker, period))
         return out
     finally:
         await pool.close()
@@ -103,7 +107,7 @@ def weighted(weights: ranking.Weights, now: datetime) -> Ranker:
     def rank(q: Question) -> list[Candidate]:
         ranked = ranking.scored(
             q.candidates, fuse_text=True, use_features=True, now=now, weights=weights,
-            speaker=q.speaker,
+            speaker=q.speaker, period=q.period,
         )  # fmt: skip
         return [c for c, _ in ranked]
 
@@ -192,23 +196,26 @@ def run(questions: Sequence[Question], ids: dict[str, dict[str, str]]) -> dict[s
     defaults = ranking.DEFAULT_WEIGHTS
     out: dict[str, Any] = {
         "defaults": {"text": defaults.text, "speaker": defaults.speaker,
-                     "neighbour": defaults.neighbour,
+                     "neighbour": defaults.neighbour, "period": defaults.period,
                      **_by_category(questions, recalls(questions, weighted(defaults, now), ids))},
     }  # fmt: skip
     # Each lever on top of the one before; a lever's weights are tuned in its folds.
     levers: dict[str, dict[str, Ranker]] = {
         "reciprocal rank fusion (before)": {"k=5": lambda q: rrf(q, now)},
         "score fusion": {
-            f"text={t}": weighted(ranking.Weights(text=t, speaker=0, neighbour=0), now)
-            for t in TEXT_WEIGHTS
+            f"text={t}": weighted(ranking.Weights(t, 0, 0, period=0), now) for t in TEXT_WEIGHTS
         },
         "+ named speaker": {
-            f"text={t} speaker={s}": weighted(ranking.Weights(text=t, speaker=s, neighbour=0), now)
+            f"text={t} speaker={s}": weighted(ranking.Weights(t, s, 0, period=0), now)
             for t, s in itertools.product(TEXT_WEIGHTS, SPEAKER_WEIGHTS)
         },
         "+ neighbours": {
-            f"text={t} speaker={s} neighbour={n}": weighted(ranking.Weights(t, s, n), now)
+            f"text={t} speaker={s} neighbour={n}": weighted(ranking.Weights(t, s, n, 0), now)
             for t, s, n in itertools.product(TEXT_WEIGHTS, SPEAKER_WEIGHTS, NEIGHBOUR_WEIGHTS)
+        },
+        # Issue 36, on issue 14's weights (its own sweep: bench.lever_lab).
+        "+ time in the question": {
+            f"period={w}": weighted(replace(defaults, period=w), now) for w in PERIOD_WEIGHTS
         },
     }
     before = recalls(questions, levers["reciprocal rank fusion (before)"]["k=5"], ids)
@@ -231,7 +238,7 @@ def render(r: dict[str, Any], http_r10: float | None) -> list[str]:
         "(categories 1-4, R@10); in-sample = the best setting over all eight, same rule.",
         "",
         f"Shipped defaults (text {d['text']}, speaker {d['speaker']}, neighbour "
-        f"{d['neighbour']}) ranked here: R@10 "
+        f"{d['neighbour']}, period {d.get('period', 0)}) ranked here: R@10 "
         f"{d['1-4']} on categories 1-4"
         + (f" (through HTTP, same run: {http_r10})." if http_r10 is not None else "."),
         "",

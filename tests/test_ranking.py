@@ -23,10 +23,11 @@ def cand(
     superseded_by: str | None = None,
     importance: float = 0.5,
     written_after: str | None = None,
+    event_date: datetime | None = None,
 ) -> Candidate:
     return Candidate(
         id, f"text of {id}", "text", "general", importance, None, speaker, superseded_by,
-        None, NOW, NOW, cosine, in_vec, fts, None, written_after,
+        event_date, NOW, NOW, cosine, in_vec, fts, None, written_after,
     )  # fmt: skip
 
 
@@ -115,6 +116,31 @@ def test_the_named_speakers_memories_are_favoured() -> None:
     assert order(cands, speaker="Caroline", use_features=False)[:2] == ["mel", "car"]
 
 
+def test_the_period_a_question_names_is_found() -> None:
+    period = ranking.named_period
+    assert period("What did Caroline do in May 2023?") == ranking.Period(5, 2023)
+    assert period("When in May did she paint?") == ranking.Period(5, None)
+    assert period("What happened in 2022?") == ranking.Period(None, 2022)
+    assert period("What may she paint next?") is None  # "may", the verb
+    assert period("How many bowls did she paint?") is None
+
+
+def test_memories_dated_in_the_named_period_are_favoured() -> None:
+    may, june = datetime(2023, 5, 8, tzinfo=UTC), datetime(2023, 6, 8, tzinfo=UTC)
+    cands = [cand("june", 0.80, 2.0, event_date=june), cand("may", 0.75, 2.0, event_date=may),
+             cand("low", 0.10)]  # fmt: skip
+    assert order(cands)[:2] == ["june", "may"]
+    assert order(cands, period=ranking.Period(5, 2023))[:2] == ["may", "june"]
+    assert order(cands, period=ranking.Period(5, None))[:2] == ["may", "june"]
+    assert order(cands, period=ranking.Period(None, 2022))[:2] == ["june", "may"]  # neither
+    assert order(cands, period=ranking.Period(5, 2023), weights=ranking.Weights(period=0))[:2] == [
+        "june",
+        "may",
+    ]
+    # Features are Tablet 2's: Scroll 1.2 ignores the period.
+    assert order(cands, period=ranking.Period(5, 2023), use_features=False)[:2] == ["june", "may"]
+
+
 def test_a_neighbour_of_a_strong_hit_borrows_part_of_its_score() -> None:
     # "hit" was written right after "near" (and right before "after"), in their scope.
     near, far, low = cand("near", 0.40), cand("far", 0.45), cand("low", 0.10)
@@ -191,6 +217,28 @@ async def test_search_favours_the_speaker_the_question_names(client: Client) -> 
     assert await top("Did Caroline or Melanie go to a pottery class?") == [mel, car]
     # Scroll 1.2 has no ranking features.
     assert await top("Did Caroline go to a pottery class?", "Scroll 1.2") == [mel, car]
+
+
+async def test_search_favours_memories_of_the_month_the_question_names(client: Client) -> None:
+    # Two texts alike to the query on two dates, not embedded (no worker here): full text
+    # scores them alike (the query names neither bowl nor cup); the June one
+    # is a little more important, so only the date the question names can put May first.
+    ids = []
+    for date, thing, importance in (("2023-06-08", "bowl", 0.55), ("2023-05-08", "cup", 0.5)):
+        body = {"text": f"I went to a pottery class and painted a {thing}.", "eventDate": date,
+                "importance": importance}  # fmt: skip
+        resp = await client.post("/api/v1/memories", json=body, headers=ADMIN)
+        assert resp.status == 201, await resp.text()
+        ids.append((await resp.json())["id"])
+    june, may = ids
+
+    async def top(query: str, model: str = "Tablet 2") -> list[str]:
+        out = await search(client, {"user_id": "default", "query": query}, model=model)
+        return [m["id"] for m in out["memories"]]
+
+    assert await top("Who went to a pottery class?") == [june, may]
+    assert await top("Who went to a pottery class in May 2023?") == [may, june]
+    assert await top("Who went to a pottery class in May 2023?", "Scroll 1.2") == [june, may]
 
 
 async def test_each_memory_links_the_one_written_right_before_it_in_its_scope(

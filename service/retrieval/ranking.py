@@ -41,6 +41,7 @@ class Weights:
     text: float = 1.0  # the full-text arm's share; the vector arm's is 1
     speaker: float = 0.4  # the named speaker's memories: x (1 + speaker)
     neighbour: float = 0.3  # a candidate next to a lender: + neighbour x the lender's score
+    period: float = 0.4  # a memory dated in the month or year the query names: x (1 + period)
 
 
 DEFAULT_WEIGHTS = Weights()
@@ -75,6 +76,40 @@ def named_speaker(query: str, speakers: Iterable[str]) -> str | None:
     return named[0] if len(named) == 1 else None
 
 
+MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august",
+          "september", "october", "november", "december")  # fmt: skip
+# "May", "in May 2023", "May, 2023"; a year alone ("in 2022"). "May" as a verb ("may I")
+# is lower-case in a question, and a month's name is written with a capital.
+_MONTH = re.compile(r"\b(" + "|".join(m.capitalize() for m in MONTHS) + r")\b(?:,?\s+(\d{4}))?")
+_YEAR = re.compile(r"\b(?:19|20)\d{2}\b")
+
+
+@dataclass(frozen=True)
+class Period:
+    """A month, a year, or a month of a year, that a query names."""
+
+    month: int | None
+    year: int | None
+
+    def holds(self, when: datetime | None) -> bool:
+        return (
+            when is not None
+            and (self.month is None or when.month == self.month)
+            and (self.year is None or when.year == self.year)
+        )
+
+
+def named_period(query: str) -> Period | None:
+    """The month and/or year ``query`` names ("in May", "in May 2023", "in 2022")."""
+    month = year = None
+    if found := _MONTH.search(query):
+        month = MONTHS.index(found.group(1).lower()) + 1
+        year = int(found.group(2)) if found.group(2) else None
+    if year is None and (named_year := _YEAR.search(query)):
+        year = int(named_year.group(0))
+    return None if month is None and year is None else Period(month, year)
+
+
 def fused(
     cands: Sequence[Candidate], *, fuse_text: bool, weights: Weights = DEFAULT_WEIGHTS
 ) -> list[tuple[Candidate, float]]:
@@ -105,9 +140,12 @@ def scored(
     now: datetime,
     weights: Weights = DEFAULT_WEIGHTS,
     speaker: str | None = None,
+    period: Period | None = None,
 ) -> list[tuple[Candidate, float]]:
     """Best first, with the score. For a model with features: ``speaker``, the registered
-    speaker the query names (``named_speaker``), whose memories are favoured; and the
+    speaker the query names (``named_speaker``), whose memories are favoured; ``period``,
+    the month or year it names (``named_period``), whose memories (by ``event_date``) are
+    favoured before anything is lent; and the
     ``LENDERS`` best candidates by fused score lend part of it to the candidates written
     right before and after them in their store and scope (``Candidate.written_after``):
     evidence comes in runs, the turn before or after a strong hit is often part of the
@@ -115,6 +153,9 @@ def scored(
     ranked = fused(cands, fuse_text=fuse_text, weights=weights)
     if not use_features:
         return sorted(ranked, key=lambda cs: (-cs[1], cs[0].id))
+    if period is not None:
+        dated = 1.0 + weights.period
+        ranked = [(c, s * dated if period.holds(c.event_date) else s) for c, s in ranked]
     borrowed = _borrowed(ranked, weights)
     boost = 1.0 + weights.speaker
     ranked = [

@@ -39,6 +39,7 @@ class SearchContext:
     snapshot: snapshots.Snapshot | None  # the store's, exact for its version
     now: datetime
     named_speaker: str | None  # the speaker the query names, for ranking
+    named_period: ranking.Period | None  # the month or year it names, for ranking
 
 
 @dataclass(frozen=True)
@@ -70,9 +71,10 @@ async def retrieve_and_render(
     assert queries is not None
     now = datetime.now(UTC)
     named = ranking.named_speaker(req.query, profile.speakers) if model.features else None
+    period = ranking.named_period(req.query) if model.features else None
     main = main_retrieval(model, req, store.id, profile, reader)
     async with db.LazyConnection(pool) as lazy:
-        context = SearchContext(request, model, lazy, reader, snapshot, now, named)
+        context = SearchContext(request, model, lazy, reader, snapshot, now, named, period)
         ranks = await _early_text_ranks(context, req, main)
         started = time.perf_counter()  # "embed": the wait for the vector
         vector = await (early if early is not None else queries.encode(req.query))
@@ -171,7 +173,7 @@ async def _ranked(
     model = context.model
     return ranking.scored(
         found, fuse_text=model.fuse_text, use_features=model.features, now=context.now,
-        speaker=context.named_speaker,
+        speaker=context.named_speaker, period=context.named_period,
     )  # fmt: skip
 
 
