@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from mcp import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
+from bench.common import Server
 from embeddings.model import SentenceTransformerEmbedder
 from embeddings.worker import Worker
 from service.ops import db
@@ -53,6 +55,19 @@ def repo_root() -> Path:
 
 URL = "/api/v1/memory/search"
 PNG = "iVBORw0KGgoAAAAAAAAAAAAAAAAAAAA="
+
+
+@contextlib.contextmanager
+def serving(tmp: Path) -> Iterator[Server]:
+    """``mneme serve`` with its worker on a data dir in ``tmp``, the bootstrap key
+    ``BOOTSTRAP_KEY``, logging to ``tmp/serve.log``: for the clients tested against a
+    running server."""
+    srv = Server(tmp / "data", BOOTSTRAP_KEY, log=tmp / "serve.log", MNEME_WORKER="on")
+    try:
+        asyncio.run(srv.ready())
+        yield srv
+    finally:
+        srv.stop()
 
 
 async def search(

@@ -35,20 +35,15 @@ from mneme_client import (
 )
 
 from bench.common import Server
-from tests.helpers import BOOTSTRAP_KEY, free_workspace_key, repo_root
+from tests.helpers import BOOTSTRAP_KEY, free_workspace_key, repo_root, serving
 
 PNG = "iVBORw0KGgoAAAAAAAAAAAAAAAAAAAA="  # PNG magic, as tests/test_search.py
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("sdk")
-    srv = Server(tmp / "data", BOOTSTRAP_KEY, log=tmp / "serve.log", MNEME_WORKER="on")
-    try:
-        asyncio.run(srv.ready())
+    with serving(tmp_path_factory.mktemp("sdk")) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from bench.common import Server
-from tests.helpers import BOOTSTRAP_KEY, free_workspace_key, repo_root
+from tests.helpers import BOOTSTRAP_KEY, free_workspace_key, repo_root, serving
 
 pytestmark = pytest.mark.slow  # pyproject.toml: markers
 
@@ -28,13 +28,8 @@ PACKAGE = repo_root() / "clients" / "typescript"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    tmp = tmp_path_factory.mktemp("ts-sdk")
-    srv = Server(tmp / "data", BOOTSTRAP_KEY, log=tmp / "serve.log", MNEME_WORKER="on")
-    try:
-        asyncio.run(srv.ready())
+    with serving(tmp_path_factory.mktemp("ts-sdk")) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def _stale(package: Path) -> bool:
