@@ -12,6 +12,7 @@ import gc
 import logging
 from collections.abc import AsyncIterator, Callable
 
+import asyncpg
 from aiohttp import web
 
 from embeddings import Embedder
@@ -20,9 +21,14 @@ from embeddings.worker import Worker, WorkerConfig
 from service.app_keys import DATABASE_URL, EMBEDDER, METRICS, OUTAGE, POOL, SETTINGS, EmbedderSlot
 from service.ops import db
 from service.ops.jobs import cancel
+from service.queries import models
 from service.settings import Settings
 
 log = logging.getLogger("mneme.app")
+
+
+class ModelMismatch(RuntimeError):
+    """The model loaded, but its vectors cannot be stored: loading it again cannot help."""
 
 
 def load_embedder(settings: Settings) -> Embedder:
@@ -35,7 +41,7 @@ def load_embedder(settings: Settings) -> Embedder:
         query_int8=settings.query_int8,
     )
     if embedder.dimension != db.VECTOR_DIMENSION:
-        raise RuntimeError(
+        raise ModelMismatch(
             f"{embedder.name} makes {embedder.dimension}-dimensional vectors; the schema "
             f"stores {db.VECTOR_DIMENSION}. Pick a {db.VECTOR_DIMENSION}-dimensional model"
         )
@@ -60,8 +66,8 @@ async def load_model(slot: EmbedderSlot, settings: Settings) -> None:
     for attempt, pause in enumerate((*MODEL_RETRY_S, None), start=1):
         try:
             embedder = await asyncio.to_thread(load_embedder, settings)
-        except Exception:
-            if pause is None:
+        except Exception as exc:
+            if pause is None or isinstance(exc, ModelMismatch):
                 slot.state = "failed"
                 log.critical("could not load the embedding model; stopping the process",
                              exc_info=True, extra={"attempts": attempt})  # fmt: skip
@@ -86,6 +92,27 @@ async def load_model(slot: EmbedderSlot, settings: Settings) -> None:
             },
         )
         return
+
+
+async def load_and_census(app: web.Application) -> None:
+    """Load the model, then say whether stored vectors were made by another one: its
+    queries would be compared with them, meaningless until they are embedded again."""
+    slot = app[EMBEDDER]
+    await load_model(slot, app[SETTINGS])
+    if slot.embedder is None:
+        return
+    name = slot.embedder.name
+    try:
+        others = await models.other_models(app[POOL], name)
+    except (OSError, asyncpg.PostgresError) as exc:  # an outage: the census is only advice
+        log.info("could not count the vectors of other models", extra={"error": repr(exc)})
+        return
+    if others:
+        log.warning(
+            "memories embedded by another model: their vectors are not comparable with "
+            "this model's queries until re-encoded; run `mneme reembed`",
+            extra={"model": name, "memories": sum(others.values()), "others": sorted(others)},
+        )
 
 
 def _stop_unloaded() -> None:
@@ -122,7 +149,7 @@ def model_lifetime(
             yield
             return
         # In the background: the API answers (and /readyz says "loading") meanwhile.
-        task = asyncio.create_task(load_model(slot, app[SETTINGS]), name="mneme-model-load")
+        task = asyncio.create_task(load_and_census(app), name="mneme-model-load")
         yield
         await cancel(task)
 

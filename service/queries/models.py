@@ -1,0 +1,23 @@
+"""Which embedding models made the stored vectors: a model change shows itself at start."""
+
+from __future__ import annotations
+
+from service.queries import Conn
+from service.queries.named import NamedSQL
+
+# Every store of every workspace: this is the deployment's own account, logged, never
+# served to a caller.
+OTHER_MODELS = NamedSQL("""
+SELECT embedding_model AS model, count(*) AS memories
+FROM memories
+WHERE embedding IS NOT NULL AND embedding_model IS DISTINCT FROM :model
+GROUP BY embedding_model
+ORDER BY embedding_model
+""")
+
+
+async def other_models(conn: Conn, model: str) -> dict[str, int]:
+    """Model name -> how many memories carry a vector it made, for each model but
+    ``model`` (the name of a vector made before names were stored: ``"unknown"``)."""
+    rows = await OTHER_MODELS.fetch(conn, model=model)
+    return {r["model"] or "unknown": r["memories"] for r in rows}
