@@ -34,11 +34,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from bench import ranking_folds
-from bench.common import Server, load_turns, machine
-from bench.quality_bench import HEADERS, KEY, ingest, load_queries, wait_embedded
+from bench.common import load_turns, machine
+from bench.quality_bench import KEY, load_queries, locomo_written
 from bench.ranking_folds import Question, Ranker
 from service.queries.search import Candidate
 from service.retrieval import ranking
@@ -50,21 +48,9 @@ TIME_WEIGHTS = (0.1, 0.2, 0.4, 0.7, 1.0, 1.5, 2.5)
 
 
 async def fetch() -> None:
-    turns = load_turns()
-    stores = sorted({t.store for t in turns})
-    queries = load_queries(set(stores))
-    with tempfile.TemporaryDirectory(prefix="mneme-lab-") as tmp:
-        server = Server(Path(tmp) / "data", KEY)
-        try:
-            await server.ready()
-            async with aiohttp.ClientSession(headers=HEADERS) as session:
-                ids = await ingest(session, server.base, turns)
-                await wait_embedded(session, server.base)
-            questions = await ranking_folds.fetch(
-                server.database_url(), Path(tmp) / "data", KEY, queries
-            )
-        finally:
-            server.stop()
+    queries = load_queries({t.store for t in load_turns()})
+    async with locomo_written("mneme-lab-") as (server, data_dir, ids):
+        questions = await ranking_folds.fetch(server.database_url(), data_dir, KEY, queries)
     texts = [q["question"] for q in queries]
     CACHE.write_bytes(pickle.dumps({"questions": questions, "ids": ids, "texts": texts}))
     print(f"cached {len(questions)} questions in {CACHE}")

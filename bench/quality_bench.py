@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +70,25 @@ async def ingest(
             for t, m in zip(batch, out["memories"], strict=True):
                 ids[store][m["id"]] = t.dia_id
     return ids
+
+
+@contextlib.asynccontextmanager
+async def locomo_written(
+    prefix: str,
+) -> AsyncIterator[tuple[Server, Path, dict[str, dict[str, str]]]]:
+    """A fresh ``mneme serve`` with every LoCoMo turn written and embedded: the server,
+    its data directory, and store -> memory id -> dia_id (for the offline labs)."""
+    turns = load_turns()
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        server = Server(Path(tmp) / "data", KEY)
+        try:
+            await server.ready()
+            async with aiohttp.ClientSession(headers=HEADERS) as session:
+                ids = await ingest(session, server.base, turns)
+                await wait_embedded(session, server.base)
+            yield server, Path(tmp) / "data", ids
+        finally:
+            server.stop()
 
 
 async def wait_embedded(session: aiohttp.ClientSession, base: str) -> None:
@@ -276,7 +297,9 @@ def render(r: dict[str, Any]) -> str:
         "## verify on multi-hop (category 1), Tablet 2, 5 results per pass",
         "",
         "verify = k returns up to 5 * (k + 1) memories; it is compared with plain retrieval",
-        "of the same number of results (max_results = 5 * (k + 1)).",
+        "of the same number of results (max_results = 5 * (k + 1)). The passes' weights",
+        "(service.retrieval.verify) are tuned leave one conversation out by bench.recall_lab",
+        "(bench/results/issue36-retrieval-levers.md: +0.019 / +0.023 / +0.011 held out).",
         "",
         "| verify | results | R with verify | R plain, same number of results |",
         "|---|---|---|---|",

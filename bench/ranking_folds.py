@@ -20,11 +20,13 @@ from __future__ import annotations
 import itertools
 import statistics
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import asyncpg
 
 from service.ops import db
 from service.ops.model import load_embedder
@@ -57,10 +59,23 @@ class Question:
 Ranker = Callable[[Question], list[Candidate]]
 
 
-async def fetch(
-    database_url: str, data_dir: Path, key: str, queries: list[dict[str, Any]]
-) -> list[Question]:
-    """Each question's candidates, as the service's main retrieval finds them."""
+@dataclass(frozen=True)
+class Retrieved:
+    """One question's main retrieval, as the service makes it."""
+
+    query: dict[str, Any]  # the question's line of queries.jsonl
+    store_id: str
+    profile: sq.Profile
+    vector: Any  # the query's vector (the service's int8 query model)
+    candidates: list[Candidate]
+
+
+async def retrievals(
+    database_url: str, data_dir: Path, key: str, queries: list[dict[str, Any]],
+    per_arm: int = PER_ARM,
+) -> AsyncIterator[tuple[Retrieved, asyncpg.Connection]]:  # fmt: skip
+    """Each question's candidates, as the service's main retrieval finds them ``per_arm``
+    deep, with a connection to read more by."""
     settings = Settings.from_env(
         {"MNEME_DATA_DIR": str(data_dir), "MNEME_DATABASE_URL": database_url}
     )
@@ -69,26 +84,37 @@ async def fetch(
     try:
         principal = await keys.authenticate(pool, key)
         assert principal is not None
-        out = []
         for q in queries:
             found = await sq.store_and_profile(
                 pool, principal.workspace_id, q["store"], q["question"], reader=principal
             )
             assert found is not None
-            store, stats = found
+            store, profile = found
             vector = embedder.encode_queries([q["question"]])[0]
             async with pool.acquire() as conn:
                 cands = await sq.candidates(conn, sq.RetrievalRequest(
-                    principal=principal, store_id=store.id, profile=stats,
+                    principal=principal, store_id=store.id, profile=profile,
                     query_text=q["question"], vector=vector, filters=sq.SearchFilters(),
-                    per_arm=PER_ARM, subset="all", self_only=False, images=False,
+                    per_arm=per_arm, subset="all", self_only=False, images=False,
                 ))  # fmt: skip
-            speaker = ranking.named_speaker(q["question"], stats.speakers)
-            period = ranking.named_period(q["question"])
-            out.append(Question(q["store"], q["category"], q["evidence"], cands, speaker, period))
-        return out
+                yield Retrieved(q, store.id, profile, vector, cands), conn
     finally:
         await pool.close()
+
+
+async def fetch(
+    database_url: str, data_dir: Path, key: str, queries: list[dict[str, Any]]
+) -> list[Question]:
+    """Each question's candidates, as the service's main retrieval finds them."""
+    out = []
+    async for r, _ in retrievals(database_url, data_dir, key, queries):
+        q = r.query
+        speaker = ranking.named_speaker(q["question"], r.profile.speakers)
+        period = ranking.named_period(q["question"])
+        out.append(
+            Question(q["store"], q["category"], q["evidence"], r.candidates, speaker, period)
+        )
+    return out
 
 
 def rrf(q: Question, now: datetime) -> list[Candidate]:

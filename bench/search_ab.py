@@ -31,14 +31,16 @@ GAP_S = 0.02
 
 
 async def run(
-    before: str, after: str, stores: list[str], seed: int, *, snapshots: bool = True
-) -> dict[str, Any]:
+    before: str, after: str, stores: list[str], seed: int, *, snapshots: bool = True,
+    verify: int = 0,
+) -> dict[str, Any]:  # fmt: skip
     rng = random.Random(seed)
     turns = [t for t in load_turns() if t.store in stores]
     queries = [q for q in load_queries(set(stores)) if q["category"] in (1, 2, 3, 4)]
     results: dict[str, Any] = {
         "machine": machine(), "before_rev": before, "after_rev": after, "stores": stores,
         "turns": len(turns), "questions": len(queries), "seed": seed, "snapshots": snapshots,
+        "verify": verify,
     }  # fmt: skip
 
     def start(data_dir: Path, root: Path) -> Server:
@@ -65,14 +67,14 @@ async def run(
                 for q in queries[:20]:  # warm-up, both alike
                     for side, server in servers.items():
                         await ask(session, server.base, q, ids[side], model="Tablet 2",
-                                  max_results=10)  # fmt: skip
+                                  max_results=10, verify=verify)  # fmt: skip
                 for q in rng.sample(queries, len(queries)):
                     for side in rng.sample(list(servers), 2):
                         await asyncio.sleep(GAP_S)
                         started = time.perf_counter()
                         found[side][q["qid"]] = await ask(
                             session, servers[side].base, q, ids[side], model="Tablet 2",
-                            max_results=10,
+                            max_results=10, verify=verify,
                         )  # fmt: skip
                         seconds[side].append(time.perf_counter() - started)
         finally:
@@ -104,7 +106,9 @@ def render(r: dict[str, Any]) -> str:
         f"{', '.join(r['stores'])}, {r['turns']} turns written to both, {r['questions']} "
         "questions (categories 1-4) "
         f"asked of both in a random order per question, {GAP_S * 1000:.0f} ms apart; Tablet 2, "
-        "max_results 10, through HTTP"
+        "max_results 10"
+        + (f", verify {r['verify']}" if r.get("verify") else "")
+        + ", through HTTP"
         + ("." if r.get("snapshots", True) else "; no search snapshots (the SQL arms answer)."),
         "",
         "| side | p50 ms | p95 ms | recall@10 |",
@@ -115,7 +119,8 @@ def render(r: dict[str, Any]) -> str:
         f"After / before: p50 **{r['ratio_p50']}**, p95 {r['ratio_p95']}.",
         "",
         f"Command: `.venv/bin/python -m bench.search_ab --before {r['before_rev']} --stores "
-        f"{','.join(r['stores'])}" + ("" if r.get("snapshots", True) else " --no-snapshots") + "`",
+        f"{','.join(r['stores'])}" + ("" if r.get("snapshots", True) else " --no-snapshots")
+        + (f" --verify {r['verify']}" if r.get("verify") else "") + "`",
         "",
     ])  # fmt: skip
 
@@ -128,14 +133,20 @@ def main() -> None:
     parser.add_argument(
         "--no-snapshots", action="store_true", help="no search snapshots: the SQL arms answer"
     )
+    parser.add_argument(
+        "--verify", type=int, default=0, help="verify passes of every search (0-3; default 0)"
+    )
     args = parser.parse_args()
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True,
                           capture_output=True, text=True).stdout.strip()  # fmt: skip
     stores = args.stores.split(",")
     results = asyncio.run(
-        run(args.before, head, stores, args.seed, snapshots=not args.no_snapshots)
+        run(args.before, head, stores, args.seed, snapshots=not args.no_snapshots,
+            verify=args.verify)
+    )  # fmt: skip
+    name = ("search_ab" if not args.no_snapshots else "search_ab_sql") + (
+        f"_verify{args.verify}" if args.verify else ""
     )
-    name = "search_ab" if not args.no_snapshots else "search_ab_sql"
     path = write_results(name, results)
     (path.parent / f"{name}.md").write_text(render(results))
     print(render(results))

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from service.queries.search import Candidate
-from service.retrieval import ranking
+from service.retrieval import ranking, verify
 from tests.helpers import ADMIN, Client, search
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
@@ -269,3 +269,67 @@ async def test_each_memory_links_the_one_written_right_before_it_in_its_scope(
         "first": None, "second": None, "third": id_of["first"], "fourth": id_of["second"],
         "fifth": id_of["third"],
     }  # fmt: skip
+
+
+# --- verify's passes (issue 36) -------------------------------------------------------------
+
+
+def test_verify_passes_favour_the_named_speaker_far_more() -> None:
+    # "mel" leads by enough that the first pass's speaker factor (x 1.4) leaves it ahead
+    # of Caroline's "car"; verify's passes weigh the named speaker x 4 and put "car" first.
+    cands = [cand("top", 0.9, 9.0), cand("mel", 0.50, speaker="Melanie"),
+             cand("car", 0.30, speaker="Caroline"), cand("low", 0.05)]  # fmt: skip
+    first = ranking.scored(cands, fuse_text=True, use_features=True, now=NOW, speaker="Caroline")
+    assert [c.id for c, _ in first] == ["top", "mel", "car", "low"]
+    passes = verify.pass_order(first, now=NOW, speaker="Caroline", period=None)
+    assert [c.id for c, _ in passes] == ["top", "car", "mel", "low"]
+    # The same weights as the first pass's: the first pass's order.
+    same = verify.pass_order(
+        first, now=NOW, speaker="Caroline", period=None, weights=ranking.DEFAULT_WEIGHTS
+    )
+    assert [c.id for c, _ in same] == ["top", "mel", "car", "low"]
+    # No named speaker: the first pass's order, as it was.
+    assert verify.pass_order(first, now=NOW, speaker=None, period=None) == first
+    out, used = verify.verify_passes([first[0][0]], passes, per_pass=1, passes=1)
+    assert [c.id for c in out] == ["top", "car"] and used == 1
+
+
+async def test_verify_reaches_the_named_speakers_memory_through_http(client: Client) -> None:
+    # No worker here: full text alone ranks. Nine notes match the question strongly; two
+    # speakers' memories say the same weak thing. Melanie's is important, Caroline's is
+    # unimportant and superseded (by a memory the question does not match): 1.15 against
+    # 0.85 x 0.6, which the first pass's x 1.4 for the named speaker does not overturn and
+    # verify's x 4 does. Written one after the other, each borrows the same from the other
+    # (the note that supersedes Caroline's, written last, is no candidate: it lends nothing).
+    for name in ("Caroline", "Melanie"):
+        resp = await client.post(
+            "/api/v1/stores/default/speakers", json={"name": name}, headers=ADMIN
+        )
+        assert resp.status == 201, await resp.text()
+    notes = [f"Pottery class {i}: we painted pottery bowls and pottery cups in class."
+             for i in range(9)]  # fmt: skip
+    # A note the question does not match comes between: Melanie's must not be written
+    # right after a strong note, whose score it would borrow (neighbours).
+    for text in [*notes, "The boiler was serviced on Tuesday."]:
+        resp = await client.post("/api/v1/memories", json={"text": text}, headers=ADMIN)
+        assert resp.status == 201, await resp.text()
+    ids = {}
+    for name, importance in (("Melanie", 1.0), ("Caroline", 0.0)):
+        body = {"text": "Someone mentioned a class today.", "speaker": name,
+                "importance": importance}  # fmt: skip
+        resp = await client.post("/api/v1/memories", json=body, headers=ADMIN)
+        assert resp.status == 201, await resp.text()
+        ids[name] = (await resp.json())["id"]
+    body = {"text": "Quarterly taxes are due on the fifteenth.", "supersedes": ids["Caroline"]}
+    resp = await client.post("/api/v1/memories", json=body, headers=ADMIN)
+    assert resp.status == 201, await resp.text()
+    query = "What did Caroline paint at the pottery class?"
+    plain = await search(client, {"user_id": "default", "query": query, "max_results": 10})
+    plain_ids = [m["id"] for m in plain["memories"]]
+    assert ids["Melanie"] in plain_ids and ids["Caroline"] not in plain_ids
+    verified = await search(
+        client, {"user_id": "default", "query": query, "max_results": 5, "verify": 1}
+    )
+    found = [m["id"] for m in verified["memories"]]
+    assert len(found) == 10 and verified["verify_used"] == 1
+    assert ids["Caroline"] in found[5:] and ids["Melanie"] not in found

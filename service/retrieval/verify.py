@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
+from dataclasses import replace
+from datetime import datetime
 
 from service.http.json import utc
 from service.queries.search import Candidate
 from service.retrieval import ranking
 
-# verify (tuned on LoCoMo multi-hop, bench/results/quality.md): a candidate from a day the
-# answer already draws on counts this much more; candidates per arm (at least). 1.6 paid
-# under reciprocal-rank fusion; since score fusion and neighbours (service.retrieval.ranking) the
-# plain ranking already draws on a hit's context, and 1.1 was the best of 0.8-1.6 (plain
-# order is 1.0).
-VERIFY_SAME_DAY = 1.1
+# verify's passes (tuned on LoCoMo multi-hop leave one conversation out,
+# bench/results/issue36-retrieval-levers.md): a candidate from a day the answer already
+# draws on counts this much more; the speaker the question names weighs this much in the
+# passes' order (x 4, against x 1.4 in the first pass's); candidates per arm (at least).
+VERIFY_SAME_DAY = 1.3
+VERIFY_SPEAKER = 3.0
 VERIFY_DEPTH = 80
+PASS_WEIGHTS = replace(ranking.DEFAULT_WEIGHTS, speaker=VERIFY_SPEAKER)
 
 
 def verify_depth(per_arm: int, passes: int) -> int:
@@ -27,10 +30,33 @@ def day_of(c: Candidate) -> Hashable:
     return utc(c.event_date or c.created_at).date()
 
 
+def pass_order(
+    ranked: Sequence[tuple[Candidate, float]],
+    *,
+    now: datetime,
+    speaker: str | None,
+    period: ranking.Period | None,
+    weights: ranking.Weights = PASS_WEIGHTS,
+) -> list[tuple[Candidate, float]]:
+    """The order verify's passes draw on: the first pass's candidates ranked again with
+    the speaker the question names favoured far more. A question about one person that
+    needs several memories ("What books has John read?") is answered mostly by that
+    person's own words, spread over sessions; the first pass weighs the speaker lightly,
+    because there one strong match said by anyone should still win. Without a named
+    speaker, the first pass's order."""
+    if speaker is None:
+        return list(ranked)
+    return ranking.scored(
+        [c for c, _ in ranked], fuse_text=True, use_features=True, now=now, weights=weights,
+        speaker=speaker, period=period,
+    )  # fmt: skip
+
+
 def verify_passes(
     first: list[Candidate], ranked: list[tuple[Candidate, float]], per_pass: int, passes: int
 ) -> tuple[list[Candidate], int]:
-    """verify: up to ``passes`` more passes of ``per_pass`` memories each.
+    """verify: up to ``passes`` more passes of ``per_pass`` memories each, drawn from
+    ``ranked`` (``pass_order``'s).
 
     A pass never repeats a memory already returned, and it reaches past plain rank
     order into the context of what was found: a memory from a day (a session, for a

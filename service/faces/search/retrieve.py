@@ -25,7 +25,7 @@ from service.queries import search as search_sql
 from service.queries.memories import Store
 from service.queries.search import Candidate, Profile, RetrievalRequest, SearchFilters
 from service.retrieval import ranking, snapshots
-from service.retrieval.verify import verify_depth, verify_passes
+from service.retrieval.verify import pass_order, verify_depth, verify_passes
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,10 @@ async def _retrieve(
     if not (req.speaker == "me" and model.self_apart):
         ranked = await _ranked(context, main, ranks)
         memories = [c for c, _ in ranked[: req.max_results]]
-        memories, verify_used = verify_passes(memories, ranked, req.max_results, req.verify)
+        if req.verify:
+            order = pass_order(ranked, now=context.now, speaker=context.named_speaker,
+                               period=context.named_period)  # fmt: skip
+            memories, verify_used = verify_passes(memories, order, req.max_results, req.verify)
     self_memories: list[Candidate] = []
     if model.self_apart:
         own = replace(main, per_arm=per_arm, subset="self", speaker=None, self_only=True,
