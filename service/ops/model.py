@@ -104,7 +104,8 @@ async def load_and_census(app: web.Application) -> None:
     name = slot.embedder.name
     try:
         others = await models.other_models(app[POOL], name)
-    except (OSError, asyncpg.PostgresError) as exc:  # an outage: the census is only advice
+    # An outage, or a database too large to count in time: the census is only advice.
+    except (OSError, asyncpg.PostgresError) as exc:
         log.info("could not count the vectors of other models", extra={"error": repr(exc)})
         return
     if others:

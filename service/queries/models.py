@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from service.queries import Conn
+import asyncpg
+
 from service.queries.named import NamedSQL
+
+# The count reads every memory (no index says which model made a vector): on a large
+# database it is given up after this long rather than keep a connection busy at start.
+CENSUS_TIMEOUT_MS = 10_000
 
 # Every store of every workspace: this is the deployment's own account, logged, never
 # served to a caller.
@@ -16,8 +21,11 @@ ORDER BY embedding_model
 """)
 
 
-async def other_models(conn: Conn, model: str) -> dict[str, int]:
+async def other_models(pool: asyncpg.Pool, model: str) -> dict[str, int]:
     """Model name -> how many memories carry a vector it made, for each model but
-    ``model`` (the name of a vector made before names were stored: ``"unknown"``)."""
-    rows = await OTHER_MODELS.fetch(conn, model=model)
+    ``model`` (the name of a vector made before names were stored: ``"unknown"``).
+    Raises ``asyncpg.QueryCanceledError`` past ``CENSUS_TIMEOUT_MS``."""
+    async with pool.acquire() as conn, conn.transaction(readonly=True):
+        await conn.execute(f"SET LOCAL statement_timeout = {CENSUS_TIMEOUT_MS}")
+        rows = await OTHER_MODELS.fetch(conn, model=model)
     return {r["model"] or "unknown": r["memories"] for r in rows}
