@@ -447,7 +447,9 @@ def verify_folds(questions: list[Q], stores: dict[str, Store]) -> None:
         (speaker, text, w): reweighted_passes(
             replace(ranking.DEFAULT_WEIGHTS, speaker=speaker, text=text), days(w)
         )
-        for speaker, text, w in itertools.product((0.8, 1.5, 3.0), (1.0, 1.5), (1.0, 1.1, 1.3))
+        for speaker, text, w in itertools.product(
+            (0.8, 1.5, 3.0, 5.0), (1.0, 1.5), (1.0, 1.1, 1.3, 1.6, 2.0)
+        )
     }
     ks = (1, 2, 3)
 
