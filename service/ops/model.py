@@ -105,7 +105,7 @@ async def load_and_census(app: web.Application) -> None:
     try:
         others = await models.other_models(app[POOL], name)
     # An outage, or a database too large to count in time: the census is only advice.
-    except (OSError, asyncpg.PostgresError) as exc:
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         log.info("could not count the vectors of other models", extra={"error": repr(exc)})
         return
     if others:
