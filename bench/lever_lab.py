@@ -162,4 +162,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Run as the module bench.lever_lab, not as __main__: the classes in a cache are pickled by
+    # their module's name, and so load from any script that imports this one.
+    from bench import lever_lab
+
+    lever_lab.main()

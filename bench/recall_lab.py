@@ -1,5 +1,4 @@
-"""Issue 36's retrieval levers, measured offline before any is built: more keys per
-memory, and relevance feedback for verify.
+"""Issue 36's levers that change what is retrieved, measured offline before any is built.
 
 ``--fetch`` writes LoCoMo through the HTTP API of a fresh ``mneme serve`` (as
 bench.quality_bench does), then reads, with the service's own code, every question's
@@ -7,19 +6,22 @@ candidates at full depth (both SQL arms ``DEEP`` deep: every memory of the store
 cosine, and every full-text match with its BM25 rank), each question's vector (the
 service's int8 query model) and every memory's stored vector. It caches them under /tmp
 (the data's licence keeps them out of the repository). Without ``--fetch`` the cache is
-read and the levers are scored in a minute or two:
+read and the levers are scored (``--part``, default all):
 
 - a retrieval is simulated exactly as the service makes it: the ``PER_ARM`` best of each
   arm, fused and ranked by ``service.retrieval.ranking.scored``; a simulation of today's
   ranking must reproduce bench.quality_bench's figure;
-- **more keys**: each memory also owns a vector of another text (the turn before it and
-  itself; its speaker and date and itself); the vector arm ranks a memory by its best key;
-- **verify**: pass *k* runs a retrieval again with the query's vector moved towards what
-  was found (Rocchio), and returns its best memories not returned yet; against plain
-  retrieval of the same number of results and today's verify (the same days).
+- ``keys``: each memory also owns a vector of another text (the turn before it and
+  itself; its speaker and date and itself) or a mix of its neighbours' vectors; the
+  vector arm ranks a memory by its best key (``bench.context_lab`` goes on from here);
+- ``verify``: verify's passes against plain retrieval of as many results: the shipped
+  ones (``service.retrieval.verify``), Rocchio feedback on the query vector, MMR, the
+  found days favoured or spread, the named speaker favoured, the speaker's own retrieval;
+- ``verify-folds``: the passes' weights tuned leave one conversation out;
+- ``fusion``: a learned fusion (logistic regression, trees) leave one conversation out.
 
-    .venv/bin/python -m bench.recall_lab --fetch   # once: about 5 minutes
-    .venv/bin/python -m bench.recall_lab
+    .venv/bin/python -m bench.recall_lab --fetch   # once: a few minutes
+    .venv/bin/python -m bench.recall_lab [--part keys|verify|verify-folds|fusion]
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import asyncio
 import itertools
 import pickle
 import statistics
+import sys
 import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -96,6 +99,17 @@ async def fetch() -> None:
             ))  # fmt: skip
     CACHE.write_bytes(pickle.dumps({"questions": questions, "stores": stores}))
     print(f"cached {len(questions)} questions in {CACHE}")
+
+
+def load_cache() -> tuple[list[Q], dict[str, Store]]:
+    """The questions and stores ``fetch`` cached (also from a cache made before this
+    module pickled its classes under its own name: then they were ``__main__``'s)."""
+    main = sys.modules["__main__"]
+    for cls in (Q, Store):
+        if not hasattr(main, cls.__name__):
+            setattr(main, cls.__name__, cls)
+    data = pickle.loads(CACHE.read_bytes())  # noqa: S301 (this script's own cache)
+    return data["questions"], data["stores"]
 
 
 STORE_VECTORS = NamedSQL("SELECT id, embedding FROM memories WHERE store_id = :store ORDER BY id")
@@ -176,12 +190,15 @@ def mixed(store: Store, w: float, kinds: Sequence[str]) -> Matrix:
 def retrieve(
     q: Q, store: Store, vector: Matrix, extra: Sequence[Matrix] = (), per_arm: int = PER_ARM,
     text_ranks: dict[str, float] | None = None, speaker: str | None = None,
+    sims: Matrix | None = None,
 ) -> list[tuple[Candidate, float]]:  # fmt: skip
     """Both arms ``per_arm`` deep, ranked as the service ranks them; ``speaker``: only
-    that speaker's memories (the search's ``speaker`` filter)."""
-    sims = store.own @ vector
-    for keys_ in extra:
-        sims = np.maximum(sims, keys_ @ vector)
+    that speaker's memories (the search's ``speaker`` filter); ``sims``: each memory's
+    cosine, if not its best key's."""
+    if sims is None:
+        sims = store.own @ vector
+        for keys_ in extra:
+            sims = np.maximum(sims, keys_ @ vector)
     allowed = [speaker is None or store.rows[m].speaker == speaker for m in store.ids]
     order = [i for i in np.lexsort((np.array(store.ids), -sims)) if allowed[i]][:per_arm]
     vec = {store.ids[i]: float(sims[i]) for i in order}
@@ -501,9 +518,7 @@ def main() -> None:
     if args.fetch:
         asyncio.run(fetch())
         return
-    data = pickle.loads(CACHE.read_bytes())  # noqa: S301 (this script's own cache)
-    questions: list[Q] = data["questions"]
-    stores: dict[str, Store] = data["stores"]
+    questions, stores = load_cache()
     today = [recall(q, stores[q.store], top(q, stores[q.store])) for q in questions]
     print("today's ranking, simulated: R@10", by_category(questions, today), "\n")
     parts = {"keys": keys_part, "verify": verify_part, "verify-folds": verify_folds,
@@ -579,4 +594,8 @@ def fusion_lab(questions: list[Q], stores: dict[str, Store]) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Run as the module bench.recall_lab, not as __main__: the classes in a cache are pickled by
+    # their module's name, and so load from any script that imports this one.
+    from bench import recall_lab
+
+    recall_lab.main()

@@ -26,6 +26,7 @@ import asyncpg
 from pgvector import Vector
 
 from embeddings import Embedder, Vectors, document_text
+from service.queries.named import NamedSQL
 
 log = logging.getLogger("mneme.worker")
 
@@ -36,11 +37,11 @@ CHANNEL = "mneme_embed"
 # oldest, ...), so one tenant's bulk import of a million memories cannot hold back
 # another's next write by a million places. The workspaces waiting are found by a skip
 # scan of memories_embedding_backlog (one index probe per workspace waiting, not a walk
-# of the backlog); of them, the $1 that have waited longest are served, each from its
-# own part of the same index, at most 4 x $1 read each. The rows offered are locked and
-# checked again as they are claimed: a row another worker is claiming at this moment is
-# skipped, one it has claimed (leased) is not offered.
-CLAIM = """
+# of the backlog); of them, the :claim_size that have waited longest are served, each
+# from its own part of the same index, at most 4 x :claim_size read each. The rows
+# offered are locked and checked again as they are claimed: a row another worker is
+# claiming at this moment is skipped, one it has claimed (leased) is not offered.
+CLAIM = NamedSQL("""
 WITH RECURSIVE waiting AS (
     (SELECT workspace_id FROM memories WHERE embedding_status = 'pending'
      ORDER BY workspace_id LIMIT 1)
@@ -58,7 +59,7 @@ WITH RECURSIVE waiting AS (
         ORDER BY m.updated_at, m.id LIMIT 1
     ) oldest
     ORDER BY oldest.updated_at, oldest.id
-    LIMIT $1
+    LIMIT :claim_size
 ), offered AS (
     SELECT c.workspace_id, c.id, c.updated_at,
            row_number() OVER (PARTITION BY c.workspace_id ORDER BY c.updated_at, c.id) AS round
@@ -67,7 +68,7 @@ WITH RECURSIVE waiting AS (
         SELECT m.workspace_id, m.id, m.updated_at FROM memories m
         WHERE m.workspace_id = w.workspace_id AND m.embedding_status = 'pending'
           AND (m.embedding_lease_until IS NULL OR m.embedding_lease_until < now())
-        ORDER BY m.updated_at, m.id LIMIT 4 * $1
+        ORDER BY m.updated_at, m.id LIMIT 4 * :claim_size
     ) c
 ), claimed AS (
     -- Locked in the fair order, the limit counting only rows this claim got: a row
@@ -78,72 +79,75 @@ WITH RECURSIVE waiting AS (
     WHERE m.embedding_status = 'pending'
       AND (m.embedding_lease_until IS NULL OR m.embedding_lease_until < now())
     ORDER BY o.round, o.updated_at, o.id
-    LIMIT $1
+    LIMIT :claim_size
     FOR UPDATE OF m SKIP LOCKED
 )
 UPDATE memories m
-SET embedding_lease_until = now() + make_interval(secs => $2),
+SET embedding_lease_until = now() + make_interval(secs => :lease_s),
     embedding_attempts = m.embedding_attempts + 1
 FROM claimed c
 WHERE m.workspace_id = c.workspace_id AND m.id = c.id
 RETURNING m.workspace_id, m.id, m.text, m.speaker, m.embedding_generation,
           m.embedding_attempts, m.updated_at, c.round
-"""
+""")
 
 
 CLAIM_RETRIES = 2
 
-STORE = """
+STORE = NamedSQL("""
 UPDATE memories m
 SET embedding = v.embedding,
-    embedding_model = $5,
+    embedding_model = :model,
     embedding_status = 'ready',
     embedding_error = NULL,
     embedding_attempts = 0,
     embedding_lease_until = NULL,
     text_tokens = v.tokens,
     chunked = v.chunked
-FROM unnest($1::text[], $2::text[], $3::int[], $4::vector[], $6::int[], $7::boolean[])
+FROM unnest(:workspaces::text[], :ids::text[], :generations::int[], :embeddings::vector[],
+            :tokens::int[], :chunked::boolean[])
      AS v(workspace_id, id, generation, embedding, tokens, chunked)
 WHERE m.workspace_id = v.workspace_id AND m.id = v.id
   AND m.embedding_generation = v.generation
   AND m.embedding_status = 'pending'
 RETURNING m.workspace_id, m.id
-"""
+""")
 
-DELETE_CHUNKS = """
+DELETE_CHUNKS = NamedSQL("""
 DELETE FROM memory_chunks c
-USING unnest($1::text[], $2::text[]) AS v(workspace_id, id)
+USING unnest(:workspaces::text[], :ids::text[]) AS v(workspace_id, id)
 WHERE c.workspace_id = v.workspace_id AND c.memory_id = v.id
-"""
+""")
 
-INSERT_CHUNKS = """
+INSERT_CHUNKS = NamedSQL("""
 INSERT INTO memory_chunks (workspace_id, memory_id, chunk_index, embedding)
-SELECT * FROM unnest($1::text[], $2::text[], $3::int[], $4::vector[])
-"""
+SELECT * FROM unnest(:workspaces::text[], :ids::text[], :chunk_indexes::int[],
+                     :embeddings::vector[])
+""")
 
-RENEW = """
-UPDATE memories m SET embedding_lease_until = now() + make_interval(secs => $3)
-FROM unnest($1::text[], $2::text[]) AS v(workspace_id, id)
+RENEW = NamedSQL("""
+UPDATE memories m SET embedding_lease_until = now() + make_interval(secs => :lease_s)
+FROM unnest(:workspaces::text[], :ids::text[]) AS v(workspace_id, id)
 WHERE m.workspace_id = v.workspace_id AND m.id = v.id AND m.embedding_status = 'pending'
-"""
+""")
 
-RELEASE = """
+RELEASE = NamedSQL("""
 UPDATE memories m
 SET embedding_lease_until = NULL, embedding_attempts = m.embedding_attempts - 1
-FROM unnest($1::text[], $2::text[]) AS v(workspace_id, id)
+FROM unnest(:workspaces::text[], :ids::text[]) AS v(workspace_id, id)
 WHERE m.workspace_id = v.workspace_id AND m.id = v.id
-"""
+""")
 
-FAIL = """
+FAIL = NamedSQL("""
 UPDATE memories m
 SET embedding_error = v.error,
-    embedding_status = CASE WHEN m.embedding_attempts >= $4 THEN 'failed' ELSE 'pending' END,
+    embedding_status = CASE WHEN m.embedding_attempts >= :max_attempts THEN 'failed'
+                            ELSE 'pending' END,
     -- Back off before the next try: 5 s, 10 s, 20 s, …
     embedding_lease_until = now() + make_interval(secs => 5 * power(2, m.embedding_attempts - 1))
-FROM unnest($1::text[], $2::text[], $3::text[]) AS v(workspace_id, id, error)
+FROM unnest(:workspaces::text[], :ids::text[], :errors::text[]) AS v(workspace_id, id, error)
 WHERE m.workspace_id = v.workspace_id AND m.id = v.id
-"""
+""")
 
 # New rows of a GIN index wait in its pending list until a vacuum (or a full list) merges
 # them, and every full-text search reads the whole list meanwhile: right after a bulk
@@ -152,11 +156,11 @@ WHERE m.workspace_id = v.workspace_id AND m.id = v.id
 # merges the list when the queue empties: searches pay nothing, writes nothing extra.
 CLEAN_TEXT_INDEX = "SELECT gin_clean_pending_list('memories_search_tsv'::regclass)"
 
-QUEUE = """
+QUEUE = NamedSQL("""
 SELECT count(*) AS depth,
        coalesce(extract(epoch FROM now() - min(updated_at)), 0)::float8 AS lag
 FROM memories WHERE embedding_status = 'pending'
-"""
+""")
 
 
 # Token counts (for billing) are taken this many characters at a time: the counting
@@ -272,7 +276,9 @@ class Worker:
         while True:
             await asyncio.sleep(self.config.lease_s / 3)
             try:
-                await self.pool.execute(RENEW, workspaces, ids, self.config.lease_s)
+                await RENEW.execute(
+                    self.pool, workspaces=workspaces, ids=ids, lease_s=self.config.lease_s
+                )
             except Exception as exc:
                 log.warning(
                     "could not renew a lease; the batch may be claimed twice",
@@ -285,14 +291,15 @@ class Worker:
         """Lease pending rows (CLAIM: shared among the workspaces waiting, the oldest of
         each first), up to ``claim_size`` rows and ``claim_chars``; past the characters,
         the last rounds go back."""
-        rows = await self.pool.fetch(CLAIM, self.config.claim_size, self.config.lease_s)
+        claim = {"claim_size": self.config.claim_size, "lease_s": self.config.lease_s}
+        rows = await CLAIM.fetch(self.pool, **claim)
         for _ in range(CLAIM_RETRIES):
             if rows:
                 break
             # Nothing: an empty queue, or every row offered was taken by workers claiming
             # at the same instant (seen with three workers starting together). Their
             # claims are committed now, so asking again offers the rows after theirs.
-            rows = await self.pool.fetch(CLAIM, self.config.claim_size, self.config.lease_s)
+            rows = await CLAIM.fetch(self.pool, **claim)
         claimed: list[Claimed] = []
         extra: list[asyncpg.Record] = []
         chars = 0
@@ -313,7 +320,7 @@ class Worker:
 
     async def release(self, rows: Sequence[tuple[str, str]]) -> None:
         """Give claimed rows back untouched (over budget, or stopping)."""
-        await self.pool.execute(RELEASE, [w for w, _ in rows], [i for _, i in rows])
+        await RELEASE.execute(self.pool, workspaces=[w for w, _ in rows], ids=[i for _, i in rows])
 
     def encode(self, rows: Sequence[Claimed]) -> tuple[list[Encoded], list[tuple[Claimed, str]]]:
         """Chunk and encode (in a worker thread). Returns successes and failures."""
@@ -350,41 +357,41 @@ class Worker:
         async with self.pool.acquire() as conn, conn.transaction():
             stored = 0
             if encoded:
-                accepted = await conn.fetch(
-                    STORE,
-                    [e.row.workspace_id for e in encoded],
-                    [e.row.id for e in encoded],
-                    [e.row.generation for e in encoded],
-                    [Vector(e.vectors[0]) for e in encoded],
-                    self.embedder.name,
-                    [e.tokens for e in encoded],
-                    [len(e.vectors) > 1 for e in encoded],
+                accepted = await STORE.fetch(
+                    conn,
+                    workspaces=[e.row.workspace_id for e in encoded],
+                    ids=[e.row.id for e in encoded],
+                    generations=[e.row.generation for e in encoded],
+                    embeddings=[Vector(e.vectors[0]) for e in encoded],
+                    model=self.embedder.name,
+                    tokens=[e.tokens for e in encoded],
+                    chunked=[len(e.vectors) > 1 for e in encoded],
                 )
                 keep = {(r["workspace_id"], r["id"]) for r in accepted}
                 stored = len(keep)
                 kept = [e for e in encoded if (e.row.workspace_id, e.row.id) in keep]
                 if kept:
-                    await conn.execute(
-                        DELETE_CHUNKS,
-                        [e.row.workspace_id for e in kept],
-                        [e.row.id for e in kept],
+                    await DELETE_CHUNKS.execute(
+                        conn,
+                        workspaces=[e.row.workspace_id for e in kept],
+                        ids=[e.row.id for e in kept],
                     )
                     extra = [(e, i) for e in kept for i in range(1, len(e.vectors))]
                     if extra:
-                        await conn.execute(
-                            INSERT_CHUNKS,
-                            [e.row.workspace_id for e, _ in extra],
-                            [e.row.id for e, _ in extra],
-                            [i for _, i in extra],
-                            [Vector(e.vectors[i]) for e, i in extra],
+                        await INSERT_CHUNKS.execute(
+                            conn,
+                            workspaces=[e.row.workspace_id for e, _ in extra],
+                            ids=[e.row.id for e, _ in extra],
+                            chunk_indexes=[i for _, i in extra],
+                            embeddings=[Vector(e.vectors[i]) for e, i in extra],
                         )
             if failed:
-                await conn.execute(
-                    FAIL,
-                    [row.workspace_id for row, _ in failed],
-                    [row.id for row, _ in failed],
-                    [error for _, error in failed],
-                    self.config.max_attempts,
+                await FAIL.execute(
+                    conn,
+                    workspaces=[row.workspace_id for row, _ in failed],
+                    ids=[row.id for row, _ in failed],
+                    errors=[error for _, error in failed],
+                    max_attempts=self.config.max_attempts,
                 )
                 for row, error in failed:
                     log.warning(
@@ -562,7 +569,7 @@ def _log_error(exc: BaseException) -> None:
 
 async def queue_state(conn: asyncpg.Connection | asyncpg.Pool) -> tuple[int, float]:
     """(memories waiting for a vector, age in seconds of the oldest)."""
-    row = await conn.fetchrow(QUEUE)
+    row = await QUEUE.fetchrow(conn)
     assert row is not None
     return int(row["depth"]), float(row["lag"])
 
@@ -573,14 +580,14 @@ async def queue_state(conn: asyncpg.Connection | asyncpg.Pool) -> tuple[int, flo
 QUEUE_CAP = 10_000
 QUEUE_RECOUNT_S = 30.0
 
-QUEUE_BOUNDED = """
+QUEUE_BOUNDED = NamedSQL("""
 SELECT (SELECT count(*) FROM (
-            SELECT 1 FROM memories WHERE embedding_status = 'pending' LIMIT $1
+            SELECT 1 FROM memories WHERE embedding_status = 'pending' LIMIT :cap
         ) s) AS depth,
        coalesce(extract(epoch FROM now() - (
            SELECT min(updated_at) FROM memories WHERE embedding_status = 'pending'
        )), 0)::float8 AS lag
-"""
+""")
 
 
 class QueueProbe:
@@ -596,7 +603,7 @@ class QueueProbe:
 
     async def state(self, conn: asyncpg.Connection | asyncpg.Pool) -> tuple[int, float]:
         """(memories waiting for a vector, age in seconds of the oldest)."""
-        row = await conn.fetchrow(QUEUE_BOUNDED, self.cap + 1)
+        row = await QUEUE_BOUNDED.fetchrow(conn, cap=self.cap + 1)
         assert row is not None
         depth, lag = int(row["depth"]), float(row["lag"])
         if depth <= self.cap:
@@ -609,16 +616,16 @@ class QueueProbe:
         return max(counted[1], self.cap + 1), lag
 
 
-REQUEUE = """
+REQUEUE = NamedSQL("""
 UPDATE memories
 SET embedding_status = 'pending', embedding_generation = embedding_generation + 1,
     embedding_attempts = 0, embedding_error = NULL, embedding_lease_until = NULL
 WHERE embedding_status <> 'pending'
-  AND ($2 OR embedding_model IS DISTINCT FROM $1 OR embedding_status = 'failed')
-"""
+  AND (:everything OR embedding_model IS DISTINCT FROM :model OR embedding_status = 'failed')
+""")
 
 
 async def requeue(conn: asyncpg.Connection | asyncpg.Pool, model: str, *, everything: bool) -> int:
     """Queue rows embedded by another model (and failed ones), or every row; how many."""
-    status: str = await conn.execute(REQUEUE, model, everything)
+    status = await REQUEUE.execute(conn, model=model, everything=everything)
     return int(status.split()[-1])

@@ -1,6 +1,6 @@
 """The house rules of ``service/`` that a reader relies on (docs/architecture.md), held
 by reading the source: imports point one way and make no cycle, SQL parameters go by
-name, and a function fits on a screen."""
+name (in the embedding worker too), and a function fits on a screen."""
 
 from __future__ import annotations
 
@@ -27,6 +27,8 @@ def module_name(path: Path) -> str:
 
 
 MODULES = {module_name(p): p for p in sorted(SERVICE.rglob("*.py"))}
+# Modules whose SQL is held to parameters by name: the service's and the embedding worker's.
+SQL_MODULES = MODULES | {module_name(p): p for p in sorted((ROOT / "embeddings").rglob("*.py"))}
 
 
 def imports(path: Path, *, top_level: bool = True) -> set[str]:
@@ -99,6 +101,15 @@ def test_queries_import_nothing_above_them() -> None:
             assert not above, f"{name} imports {sorted(above)}"
 
 
+def test_embeddings_import_only_named_sql_of_the_service() -> None:
+    """The embedding package runs apart from the service (its worker is configured by a
+    ``WorkerConfig``): of ``service/`` it takes only the named-SQL helper."""
+    for name, path in SQL_MODULES.items():
+        if name.startswith("embeddings"):
+            taken = imports(path) | imports(path, top_level=False)
+            assert taken <= {"service.queries.named"}, f"{name} imports {sorted(taken)}"
+
+
 def test_no_function_imports_service_modules() -> None:
     """A function-local import would hide a cycle from the check above."""
     for name, path in MODULES.items():
@@ -110,11 +121,11 @@ def test_no_function_imports_service_modules() -> None:
 POSITIONAL = re.compile(r"(?<![\w$])\$[0-9]+\b")
 
 
-@pytest.mark.parametrize("name", sorted(MODULES))
+@pytest.mark.parametrize("name", sorted(SQL_MODULES))
 def test_sql_parameters_by_name(name: str) -> None:
     if name == "service.queries.named":
         return  # it compiles :name into $n
-    tree = ast.parse(MODULES[name].read_text())
+    tree = ast.parse(SQL_MODULES[name].read_text())
     strings = [(n.lineno, n.value) for n in ast.walk(tree) if isinstance(n, ast.Constant)]
     numbered = [line for line, s in strings if isinstance(s, str) and POSITIONAL.search(s)]
     assert not numbered, f"{name}: positional SQL parameters at lines {numbered}"

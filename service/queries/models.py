@@ -10,6 +10,9 @@ from service.queries.named import NamedSQL
 # database it is given up after this long rather than keep a connection busy at start.
 CENSUS_TIMEOUT_MS = 10_000
 
+# For this transaction only (set_config's third argument), as SET LOCAL would.
+STATEMENT_TIMEOUT = NamedSQL("SELECT set_config('statement_timeout', :ms, true)")
+
 # Every store of every workspace: this is the deployment's own account, logged, never
 # served to a caller.
 OTHER_MODELS = NamedSQL("""
@@ -26,6 +29,6 @@ async def other_models(pool: asyncpg.Pool, model: str) -> dict[str, int]:
     ``model`` (the name of a vector made before names were stored: ``"unknown"``).
     Raises ``asyncpg.QueryCanceledError`` past ``CENSUS_TIMEOUT_MS``."""
     async with pool.acquire() as conn, conn.transaction(readonly=True):
-        await conn.execute(f"SET LOCAL statement_timeout = {CENSUS_TIMEOUT_MS}")
+        await STATEMENT_TIMEOUT.fetchval(conn, ms=str(CENSUS_TIMEOUT_MS))
         rows = await OTHER_MODELS.fetch(conn, model=model)
     return {r["model"] or "unknown": r["memories"] for r in rows}

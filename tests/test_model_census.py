@@ -1,0 +1,39 @@
+"""The start-up census of other models' vectors (``service.queries.models``) gives up
+after ``CENSUS_TIMEOUT_MS``, and the limit holds for its own transaction only. (What it
+counts is pinned through ``mneme serve`` in ``test_second_model``.)"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import asyncpg
+import pytest
+
+from service.queries import models
+from service.queries.named import NamedSQL
+
+# As long as a count over a large database: longer than the limit set below.
+SLOW_CENSUS = NamedSQL("SELECT :model AS model, 1 AS memories FROM pg_sleep(2)")
+
+
+@pytest.fixture
+async def one_connection(db_url: str) -> AsyncIterator[asyncpg.Pool]:
+    """A pool of one connection: the census's and the next caller's are the same."""
+    pool = await asyncpg.create_pool(db_url, min_size=1, max_size=1)
+    yield pool
+    await pool.close()
+
+
+async def test_a_fresh_database_has_no_other_models(one_connection: asyncpg.Pool) -> None:
+    assert await models.other_models(one_connection, "all-MiniLM-L6-v2") == {}
+
+
+async def test_the_census_gives_up_past_its_limit_and_only_there(
+    one_connection: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(models, "OTHER_MODELS", SLOW_CENSUS)
+    monkeypatch.setattr(models, "CENSUS_TIMEOUT_MS", 100)
+    with pytest.raises(asyncpg.QueryCanceledError):
+        await models.other_models(one_connection, "all-MiniLM-L6-v2")
+    # The same connection, back in the pool: the server's default, no limit.
+    assert await one_connection.fetchval("SHOW statement_timeout") == "0"
