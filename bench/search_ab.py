@@ -19,6 +19,7 @@ import random
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,17 +43,10 @@ async def run(
         "turns": len(turns), "questions": len(queries), "seed": seed, "snapshots": snapshots,
         "verify": verify,
     }  # fmt: skip
-
-    def start(data_dir: Path, root: Path) -> Server:
-        if snapshots:
-            return Server(data_dir, KEY, root=root)
-        # Without snapshots every search takes the SQL arms, as a large store's does.
-        return Server(data_dir, KEY, root=root, MNEME_SEARCH_SNAPSHOT_MB="0")
-
     with checkout(before) as tree, tempfile.TemporaryDirectory(prefix="mneme-ab-") as tmp:
         servers = {
-            "before": start(Path(tmp) / "before", tree),
-            "after": start(Path(tmp) / "after", ROOT),
+            "before": _server(Path(tmp) / "before", tree, snapshots),
+            "after": _server(Path(tmp) / "after", ROOT, snapshots),
         }
         try:
             await asyncio.gather(*(s.ready() for s in servers.values()))
@@ -62,21 +56,8 @@ async def run(
                     ids[side] = await ingest(session, server.base, turns)
                     await wait_embedded(session, server.base)
                 print(f"asking {len(queries)} questions of both…", flush=True)
-                seconds: dict[str, list[float]] = {side: [] for side in servers}
-                found: dict[str, dict[str, list[str]]] = {side: {} for side in servers}
-                for q in queries[:20]:  # warm-up, both alike
-                    for side, server in servers.items():
-                        await ask(session, server.base, q, ids[side], model="Tablet 2",
-                                  max_results=10, verify=verify)  # fmt: skip
-                for q in rng.sample(queries, len(queries)):
-                    for side in rng.sample(list(servers), 2):
-                        await asyncio.sleep(GAP_S)
-                        started = time.perf_counter()
-                        found[side][q["qid"]] = await ask(
-                            session, servers[side].base, q, ids[side], model="Tablet 2",
-                            max_results=10, verify=verify,
-                        )  # fmt: skip
-                        seconds[side].append(time.perf_counter() - started)
+                asked = Asked(session, servers, ids, verify)
+                seconds, found = await asked.all_of(queries, rng)
         finally:
             for server in servers.values():
                 server.stop()
@@ -92,6 +73,45 @@ async def run(
     results["ratio_p50"] = round(a["p50_ms"] / b["p50_ms"], 3)
     results["ratio_p95"] = round(a["p95_ms"] / b["p95_ms"], 3)
     return results
+
+
+def _server(data_dir: Path, root: Path, snapshots: bool) -> Server:
+    if snapshots:
+        return Server(data_dir, KEY, root=root)
+    # Without snapshots every search takes the SQL arms, as a large store's does.
+    return Server(data_dir, KEY, root=root, MNEME_SEARCH_SNAPSHOT_MB="0")
+
+
+@dataclass
+class Asked:
+    """The questions asked of both sides: the client-side seconds and what each found."""
+
+    session: aiohttp.ClientSession
+    servers: dict[str, Server]
+    ids: dict[str, dict[str, dict[str, str]]]  # side -> store -> memory id -> dia_id
+    verify: int
+
+    async def one(self, side: str, q: dict[str, Any]) -> list[str]:
+        return await ask(self.session, self.servers[side].base, q, self.ids[side],
+                         model="Tablet 2", max_results=10, verify=self.verify)  # fmt: skip
+
+    async def all_of(
+        self, queries: list[dict[str, Any]], rng: random.Random
+    ) -> tuple[dict[str, list[float]], dict[str, dict[str, list[str]]]]:
+        """Every question of both sides, one side after the other in a random order per
+        question, after the same pause; the first 20 asked of both first, unmeasured."""
+        seconds: dict[str, list[float]] = {side: [] for side in self.servers}
+        found: dict[str, dict[str, list[str]]] = {side: {} for side in self.servers}
+        for q in queries[:20]:  # warm-up, both alike
+            for side in self.servers:
+                await self.one(side, q)
+        for q in rng.sample(queries, len(queries)):
+            for side in rng.sample(list(self.servers), 2):
+                await asyncio.sleep(GAP_S)
+                started = time.perf_counter()
+                found[side][q["qid"]] = await self.one(side, q)
+                seconds[side].append(time.perf_counter() - started)
+        return seconds, found
 
 
 def render(r: dict[str, Any]) -> str:

@@ -47,6 +47,17 @@ def pick_device(requested: str = "auto") -> str:
     return "cpu"
 
 
+def _dimension(model: Any) -> int:
+    """A SentenceTransformer's vector dimension (sentence-transformers 5 renamed the
+    method: both spellings are taken)."""
+    get_dimension = getattr(model, "get_embedding_dimension", None)
+    if get_dimension is None:
+        get_dimension = model.get_sentence_embedding_dimension
+    dimension = get_dimension()
+    assert dimension is not None, "the model does not say its embedding dimension"
+    return int(dimension)
+
+
 class SentenceTransformerEmbedder:
     """An ``Embedder`` backed by a local sentence-transformers model."""
 
@@ -81,13 +92,7 @@ class SentenceTransformerEmbedder:
         self.device = pick_device(device)
         self._model: Any = SentenceTransformer(str(path), device=self.device, local_files_only=True)
         self.name = DEFAULT_MODEL_NAME if model_path is None else path.name
-        # sentence-transformers 5 renamed the method; accept both spellings.
-        get_dimension = getattr(self._model, "get_embedding_dimension", None)
-        if get_dimension is None:
-            get_dimension = self._model.get_sentence_embedding_dimension
-        dimension = get_dimension()
-        assert dimension is not None, "the model does not say its embedding dimension"
-        self.dimension: int = dimension
+        self.dimension: int = _dimension(self._model)
         self.max_tokens: int = self._model.max_seq_length or 256
         # Room for [CLS]/[SEP] and a speaker's name in front; windows overlap so a sentence
         # cut at one window's border is whole in the next.
@@ -102,33 +107,39 @@ class SentenceTransformerEmbedder:
         # batch being encoded (it takes well under a millisecond: callers need no thread).
         self._counter = copy.deepcopy(self._model.tokenizer)
         self._count_lock = threading.Lock()
-        self._onnx: OnnxTransformer | None = None
         if backend not in BACKENDS:
             raise ValueError(f"unknown embedding backend {backend!r}: {', '.join(BACKENDS)}")
         self.backend = "torch"
+        self._onnx: OnnxTransformer | None = None
         # Queries' own int8 session and lock (query_int8): a query never waits for a batch.
         self._queries: OnnxTransformer | None = None
         self._query_lock = threading.Lock()
         if backend != "torch" and self.device == "cpu" and onnx_dir is not None:
-            import torch
-
-            threads = torch.get_num_threads()
-            # onnx-int8 is asked for, never chosen by auto: its activations are quantized
-            # per batch, so a text's vector moves a little with the texts batched with it.
-            int8 = backend == "onnx-int8"
-            self._onnx = onnx.load(self._model, path, Path(onnx_dir), threads, int8=int8)
-            if self._onnx is not None:
-                self.backend = "onnx-int8" if int8 else "onnx"
-                if query_int8:
-                    # One thread: a query's other thread would share a core with the
-                    # PostgreSQL backend and the event loop serving the same search.
-                    self._queries = onnx.load(
-                        self._model, path, Path(onnx_dir), 1, int8=True,
-                        tokenizer=copy.deepcopy(self._model.tokenizer),
-                    )  # fmt: skip
+            self._load_onnx(path, Path(onnx_dir), int8=backend == "onnx-int8",
+                            query_int8=query_int8)  # fmt: skip
         if backend in ("onnx", "onnx-int8") and self._onnx is None:
             raise RuntimeError("the ONNX backend cannot run this model here (see the log)")
         self.query_backend = self.backend if self._queries is None else "onnx-int8, one at a time"
+
+    def _load_onnx(self, path: Path, onnx_dir: Path, *, int8: bool, query_int8: bool) -> None:
+        """The model's ONNX twin for documents (``int8``: its weights quantized) and, with
+        ``query_int8``, an int8 twin of its own for queries; none where ``embeddings.onnx``
+        does not take the pipeline."""
+        import torch
+
+        # onnx-int8 is asked for, never chosen by auto: its activations are quantized per
+        # batch, so a text's vector moves a little with the texts batched with it.
+        self._onnx = onnx.load(self._model, path, onnx_dir, torch.get_num_threads(), int8=int8)
+        if self._onnx is None:
+            return
+        self.backend = "onnx-int8" if int8 else "onnx"
+        if query_int8:
+            # One thread: a query's other thread would share a core with the PostgreSQL
+            # backend and the event loop serving the same search.
+            self._queries = onnx.load(
+                self._model, path, onnx_dir, 1, int8=True,
+                tokenizer=copy.deepcopy(self._model.tokenizer),
+            )  # fmt: skip
 
     def _encode(self, texts: Sequence[str]) -> Vectors:
         """Encode in length-sorted mini-batches, taking the model for one at a time.
