@@ -156,6 +156,9 @@ def main() -> None:
     parser.add_argument(
         "--verify", type=int, default=0, help="verify passes of every search (0-3; default 0)"
     )
+    parser.add_argument(
+        "--name", help="results file name (default: search_ab[_sql][_verifyK], replaced)"
+    )
     args = parser.parse_args()
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=True,
                           capture_output=True, text=True).stdout.strip()  # fmt: skip
@@ -164,7 +167,7 @@ def main() -> None:
         run(args.before, head, stores, args.seed, snapshots=not args.no_snapshots,
             verify=args.verify)
     )  # fmt: skip
-    name = ("search_ab" if not args.no_snapshots else "search_ab_sql") + (
+    name = args.name or ("search_ab" if not args.no_snapshots else "search_ab_sql") + (
         f"_verify{args.verify}" if args.verify else ""
     )
     path = write_results(name, results)
