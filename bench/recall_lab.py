@@ -313,6 +313,22 @@ def reweighted_passes(weights: ranking.Weights, then: Verifier | None = None) ->
     return run
 
 
+def away_then_shipped(beta: float) -> Verifier:
+    """The shipped passes, drawn from a retrieval again with the query moved ``beta`` x
+    the mean of the first pass's vectors (beta < 0: away from what was found)."""
+
+    def run(q: Q, store: Store, ranked: list[tuple[Candidate, float]], k: int) -> list[Candidate]:
+        first = [c for c, _ in ranked[:5]]
+        index = {m: i for i, m in enumerate(store.ids)}
+        found = np.mean([store.own[index[c.id]] for c in first], axis=0)
+        moved = q.vector + np.float32(beta) * found
+        again = retrieve(q, store, moved / np.linalg.norm(moved))
+        order = pass_order(again, now=NOW, speaker=q.speaker, period=q.period)
+        return verify_passes(first, order, 5, k)[0]
+
+    return run
+
+
 def speaker_retrieval(weight: float, share: float) -> Verifier:
     """Passes from a retrieval of the named speaker's memories alone (80 per arm of them:
     past the first retrieval's pool), merged with the first ranking (the speaker's
@@ -434,6 +450,10 @@ def verify_part(questions: list[Q], stores: dict[str, Store]) -> None:
     for w, share in itertools.product((1.0, 1.1, 1.3), (1.0, 0.6)):
         arms[f"passes: the named speaker's own retrieval, same days x {w}, share {share}"] = (
             speaker_retrieval(w, share)
+        )
+    for beta in (-0.1, -0.2, -0.3, -0.5):
+        arms[f"shipped passes over a retrieval moved away from the first pass, beta {beta}"] = (
+            away_then_shipped(beta)
         )
     print("| verify on multi-hop, 5 per pass | k=1 (10 results) | k=2 (15 results) |")
     print("|---|---|---|")
