@@ -8,8 +8,8 @@ measures keys that carry the same context for less, on recall_lab's cached candi
 - **late chunking**: consecutive turns of a session packed into one window of at most
   ``W`` tokens and encoded once; each turn's key is the mean of its own tokens' output
   vectors, which have seen the turns around it. About one encoding of each token, so about
-  the cost of the turn's own key; ``+ctx``: each window also starts with the turn before
-  its first (read for context, given no key);
+  the cost of the turn's own key; ``+ctx``: each window also starts with the end of the
+  turn before its first (up to 64 tokens, within the width: read for context, no key);
 - **short context**: the turn with only the last ``C`` tokens of the turn before it.
 
 Each variant is timed on one conversation against the turns' own keys (the worker's
@@ -46,6 +46,7 @@ from service.settings import Settings
 
 Matrix = lab.Matrix
 TIMED = "conv-26"
+CONTEXT_TOKENS = 64  # of the turn before a window, with Late(context=True)
 Span = tuple[int, int, int]  # a turn's index, and its first and end token in a window
 Window = tuple[list[int], list[Span]]  # token ids (no special tokens), the turns keyed
 
@@ -64,7 +65,8 @@ class Lines:
 @dataclass(frozen=True)
 class Late:
     """Late-chunked keys: windows of at most ``width`` tokens; ``context``: each window
-    starts with the turn before its first; ``sessions``: a window never crosses one;
+    starts with the end of the turn before its first (at most ``CONTEXT_TOKENS``, and
+    only what the width leaves room for); ``sessions``: a window never crosses one;
     ``per_run``: windows per run of the model."""
 
     width: int
@@ -84,7 +86,8 @@ def windows(lines: Lines, late: Late) -> list[Window]:
             out.append((ids, spans))
             ids, spans = [], []
         if not spans and late.context and i > 0 and not new_session:
-            ids = list(lines.tokens[i - 1][-max(0, late.width - len(toks)) :][-64:])
+            room = min(CONTEXT_TOKENS, late.width - len(toks))
+            ids = list(lines.tokens[i - 1][-room:]) if room > 0 else []
         spans.append((i, len(ids), len(ids) + len(toks)))
         ids.extend(toks)
     if spans:
@@ -94,15 +97,18 @@ def windows(lines: Lines, late: Late) -> list[Window]:
 
 def late_keys(twin: onnx.OnnxTransformer, lines: Lines, late: Late) -> Matrix:
     """Each turn's key: the mean of its tokens' output vectors in its window, normalized."""
-    keys = np.zeros((len(lines.texts), 384), dtype=np.float32)
+    keys: Matrix | None = None
     ordered = sorted(windows(lines, late), key=lambda w: -len(w[0]))
     for start in range(0, len(ordered), late.per_run):
         batch = ordered[start : start + late.per_run]
         hidden = twin.session.run(None, _feed(twin, [ids for ids, _ in batch]))[0]
+        if keys is None:
+            keys = np.zeros((len(lines.texts), hidden.shape[-1]), dtype=np.float32)
         for row, (_, spans) in enumerate(batch):
             for i, first, end in spans:
                 v = hidden[row, first + 1 : end + 1].mean(axis=0)  # +1: [CLS]
                 keys[i] = v / np.linalg.norm(v)
+    assert keys is not None, "a store with no turns"
     return keys
 
 
