@@ -250,7 +250,8 @@ def design(state: Lab) -> None:
         ("fp32 W160 across sessions", "fp32", Late(160, sessions=False)),
         ("int8 W160 across sessions", "int8", Late(160, sessions=False)),
     ):
-        keys = {} if late is None else state.keys(state.late(precision, late))[1]
+        make = None if late is None else state.late(precision, late)
+        keys = {} if make is None else {s: make(s) for s in state.stores}  # untimed
         r: list[float] = []
         verified: dict[int, list[float]] = {1: [], 2: [], 3: []}
         plain: dict[int, list[float]] = {1: [], 2: [], 3: []}
