@@ -190,11 +190,11 @@ def mixed(store: Store, w: float, kinds: Sequence[str]) -> Matrix:
 def retrieve(
     q: Q, store: Store, vector: Matrix, extra: Sequence[Matrix] = (), per_arm: int = PER_ARM,
     text_ranks: dict[str, float] | None = None, speaker: str | None = None,
-    sims: Matrix | None = None,
+    sims: Matrix | None = None, weights: ranking.Weights = ranking.DEFAULT_WEIGHTS,
 ) -> list[tuple[Candidate, float]]:  # fmt: skip
-    """Both arms ``per_arm`` deep, ranked as the service ranks them; ``speaker``: only
-    that speaker's memories (the search's ``speaker`` filter); ``sims``: each memory's
-    cosine, if not its best key's."""
+    """Both arms ``per_arm`` deep, ranked as the service ranks them (under ``weights``);
+    ``speaker``: only that speaker's memories (the search's ``speaker`` filter); ``sims``:
+    each memory's cosine, if not its best key's."""
     if sims is None:
         sims = store.own @ vector
         for keys_ in extra:
@@ -213,8 +213,9 @@ def retrieve(
         cands.append(replace(store.rows[mid], cosine=cosine, in_vec=mid in vec,
                              fts_rank=ranks[mid] if mid in text else None))  # fmt: skip
     return ranking.scored(
-        cands, fuse_text=True, use_features=True, now=NOW, speaker=q.speaker, period=q.period
-    )
+        cands, fuse_text=True, use_features=True, now=NOW, weights=weights, speaker=q.speaker,
+        period=q.period,
+    )  # fmt: skip
 
 
 NOW = datetime.now(UTC)

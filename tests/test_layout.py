@@ -32,10 +32,25 @@ MODULES = {module_name(p): p for p in sorted(SERVICE.rglob("*.py"))}
 SQL_MODULES = MODULES | {module_name(p): p for p in sorted((ROOT / "embeddings").rglob("*.py"))}
 
 
+def module_level(body: list[ast.stmt]) -> list[ast.stmt]:
+    """The statements run when the module is imported: ``body`` and, recursively, the
+    branches of its ``if`` (``if TYPE_CHECKING:`` included) and ``try`` statements."""
+    out: list[ast.stmt] = []
+    for node in body:
+        out.append(node)
+        if isinstance(node, ast.If):
+            out += module_level(node.body) + module_level(node.orelse)
+        elif isinstance(node, ast.Try):
+            branches = [node.body, node.orelse, node.finalbody] + [h.body for h in node.handlers]
+            out += [n for b in branches for n in module_level(b)]
+    return out
+
+
 def imports(path: Path, *, top_level: bool = True) -> set[str]:
-    """The service modules ``path`` imports: at module level, or inside functions."""
+    """The service modules ``path`` imports: at module level (under an ``if`` or a
+    ``try`` too, ``if TYPE_CHECKING:`` included), or inside functions."""
     tree = ast.parse(path.read_text())
-    nodes = tree.body if top_level else [
+    nodes = module_level(tree.body) if top_level else [
         n for f in ast.walk(tree) if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef)
         for n in ast.walk(f)
     ]  # fmt: skip
@@ -93,6 +108,18 @@ def test_cycle_finder_finds_a_cycle() -> None:
     edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}
     assert cycle(edges) == ["a", "b", "c", "a"]
     assert cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_imports_under_if_and_try_count(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from service.app import build\n"
+        "try:\n    import service.ids\nexcept ImportError:\n    pass\n"
+        "def f() -> None:\n    from service.cli import main\n"
+    )
+    assert imports(source) == {"service.app", "service.ids"}
+    assert imports(source, top_level=False) == {"service.cli"}
 
 
 def test_queries_import_nothing_above_them() -> None:
