@@ -8,17 +8,28 @@
 - **A perfect order of today's pool**: the evidence among the candidates of both arms
   (``recall_lab.PER_ARM`` each) put first: what any re-ranking of the pool could reach.
 
+``--part interaction`` tries to learn part of that order: a logistic regression, trained
+on seven conversations and scored on the eighth, over the learned fusion's features
+(``recall_lab.feature_rows``), today's score and rank, and the question's and the
+memory's vectors multiplied dimension by dimension (a learned weighting of the cosine's
+terms: which kinds of meaning answer a question).
+
     .venv/bin/python -m bench.recall_lab --fetch   # once, if /tmp has no cache
-    .venv/bin/python -m bench.ceiling_lab          # about five minutes
+    .venv/bin/python -m bench.ceiling_lab [--part gate|interaction]  # about 5 / 10 minutes
 """
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import statistics
 from collections.abc import Sequence
 
+import numpy as np
+import numpy.typing as npt
+
 from bench import recall_lab as lab
+from service.queries.search import Candidate
 from service.retrieval import ranking
 
 GRID = {
@@ -45,8 +56,7 @@ def perfect(q: lab.Q, store: lab.Store) -> float:
     return lab.recall(q, store, hits[:10])
 
 
-def main() -> None:
-    questions, stores = lab.load_cache()
+def gate(questions: list[lab.Q], stores: dict[str, lab.Store]) -> None:
     settings = [ranking.Weights(**dict(zip(GRID, v, strict=True)))
                 for v in itertools.product(*GRID.values())]  # fmt: skip
     per_setting = {w: recalls(questions, stores, w) for w in settings}
@@ -67,6 +77,54 @@ def main() -> None:
     print("each category with its own best weights:", lab.by_category(questions, gated))
     ceiling = [perfect(q, stores[q.store]) for q in questions]
     print("today's pool in a perfect order:", lab.by_category(questions, ceiling))
+
+
+Pool = tuple[list[Candidate], npt.NDArray[np.float64], npt.NDArray[np.bool_]]
+PLAIN = 12  # the columns before the vectors' products
+
+
+def pool(q: lab.Q, store: lab.Store) -> Pool:
+    """Today's pool, best first, with each candidate's features and whether it is evidence."""
+    index = {m: i for i, m in enumerate(store.ids)}
+    ranked = lab.retrieve(q, store, q.vector)
+    cands = [c for c, _ in ranked]
+    _, feats = lab.feature_rows(q, store)  # the same pool, in the same order
+    today = np.array([[s, 1.0 / (5 + i)] for i, (_, s) in enumerate(ranked)])
+    products = store.own[[index[c.id] for c in cands]] * q.vector[None, :] * 10
+    evidence = np.array([store.dia.get(c.id) in q.evidence for c in cands])
+    return cands, np.hstack([feats, today, products]), evidence
+
+
+def interaction(questions: list[lab.Q], stores: dict[str, lab.Store]) -> None:
+    from sklearn.linear_model import LogisticRegression
+
+    pools = [pool(q, stores[q.store]) for q in questions]
+    print("| features | C | LOO R@10 by category |")
+    print("|---|---|---|")
+    for c_reg, columns in itertools.product((0.1, 1.0, 10.0), (PLAIN, None)):
+        got = [0.0] * len(questions)
+        for held in sorted(stores):
+            train = [i for i, q in enumerate(questions) if q.store != held and q.category <= 4]
+            x = np.vstack([pools[i][1][:, :columns] for i in train])
+            y = np.concatenate([pools[i][2] for i in train])
+            model = LogisticRegression(C=c_reg, max_iter=3000).fit(x, y)
+            for i in (i for i, q in enumerate(questions) if q.store == held):
+                cands, feats, _ = pools[i]
+                p = model.decision_function(feats[:, :columns])
+                order = sorted(range(len(cands)), key=lambda j: (-p[j], cands[j].id))
+                got[i] = lab.recall(questions[i], stores[held], [cands[j] for j in order[:10]])
+        name = "features + today's score and rank" + ("" if columns else " + vector products")
+        print(f"| {name} | {c_reg} | {lab.by_category(questions, got)} |", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--part", choices=("gate", "interaction"), action="append")
+    args = parser.parse_args()
+    questions, stores = lab.load_cache()
+    for part in args.part or ("gate", "interaction"):
+        {"gate": gate, "interaction": interaction}[part](questions, stores)
+        print()
 
 
 if __name__ == "__main__":
