@@ -102,6 +102,7 @@ async def test_unknown_model_is_a_400_listing_the_names(client: Client) -> None:
         ("Scroll 1.1", {"form": "memoir"}, False),
         ("Scroll 1.1", {"verify": 2}, False),
         ("Scroll 1.1", {"max_images": 0}, True),
+        ("Scroll 1.2", {"max_images": None, "verify": None, "form": None}, True),  # not sent
         ("Scroll 1.1", {"verify": 0}, True),
         ("scroll-1.1", {}, True),
         ("TABLET  2", {"verify": 3, "max_images": 5, "form": "archive"}, True),
@@ -152,11 +153,12 @@ async def test_finds_the_relevant_memory_first(client: Client, facts: list[str])
     )
     assert out["memories"][0]["content"].startswith("Alice drinks oat milk")
     m = out["memories"][0]
+    # event_date is seed 002's string "if known": absent, not null, for a memory without one
     assert set(m) == {"id", "content", "category", "similarity", "importance", "time_bucket",
-                      "is_superseded", "superseded_by", "created_at", "event_date"}  # fmt: skip
+                      "is_superseded", "superseded_by", "created_at"}  # fmt: skip
     assert 0 < m["similarity"] <= 1 and m["importance"] == 0.9
     assert m["created_at"].endswith("Z") and len(m["time_bucket"]) == 7
-    assert (m["is_superseded"], m["superseded_by"], m["event_date"]) == (False, None, None)
+    assert (m["is_superseded"], m["superseded_by"]) == (False, None)
     assert "verify_used" not in out
 
 
@@ -429,6 +431,25 @@ async def test_cache_write_hit_extension_and_invalidation(
     assert (await cached_search(client, body))[0] == "hit"
     await client.post("/api/v1/memories", json={"text": "Alice now drinks tea."}, headers=ADMIN)
     assert (await cached_search(client, body))[0] == "write"
+
+
+async def test_a_cached_answer_carries_the_warnings_of_the_request_that_reads_it(
+    client: Client, facts: list[str]
+) -> None:
+    """Unknown filter keys are left out of the cache key, so a request with a typo hits
+    the entry another request wrote: each sees its own warnings, never the other's."""
+    body: dict[str, Any] = {"user_id": "default", "query": "what does alice drink",
+                            "cache_control": {"type": "ephemeral", "ttl": "5m"}}  # fmt: skip
+    typo = {**body, "filters": {"categry": "prefs"}}
+    state, _, written = await cached_search(client, typo)
+    assert state == "write" and any("categry" in w for w in written["warnings"])
+    state, _, clean = await cached_search(client, body)
+    assert state == "hit" and "warnings" not in clean
+    assert clean["memories"] == written["memories"]
+    state, _, again = await cached_search(client, {**typo, "filters": {"catgory": "x"}})
+    assert state == "hit" and again["warnings"] == [
+        w.replace("categry", "catgory") for w in written["warnings"]
+    ]
 
 
 async def test_without_cache_control_it_is_a_miss_billed_once(

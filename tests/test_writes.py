@@ -221,6 +221,12 @@ async def test_batch_answers_in_request_order(client: Client) -> None:
         ([{"text": "ok"}, {"text": "x", "speaker": "Nobody"}], 404, 1),
         ([{"text": "ok"}, {"text": "x", "supersedes": "mem_0000000000aaaaaaaaaa"}], 404, 1),
         ([{"text": "ok"}, {"text": "x", "tier": "gold"}], 400, 1),
+        # An item that does not decode (a wrong type, an unknown field) is refused only if
+        # every item before it passes: the first failing item decides.
+        ([{"text": "a", "store": "nope"}, {"text": 5}], 404, 0),
+        ([{"text": "a", "speaker": "Nobody"}, {"text": "b", "bogusField": 1}], 404, 0),
+        ([{"text": "ok"}, {"text": "ok"}, {"text": "b", "bogusField": 1}], 400, 2),
+        ([{"text": "ok", "path": "notes/a"}, {"text": 5}], 400, 1),
     ],
 )
 async def test_batch_is_all_or_nothing_and_names_the_failing_item(

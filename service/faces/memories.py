@@ -34,18 +34,18 @@ async def create_memories(request: web.Request) -> web.Response:
         raise bad_request("Idempotency-Key must be 1 to 255 printable ASCII characters")
     ctx = rules.WriteContext(principal)
     if key is None:
-        items, batch = rules.decode_items(raw)
+        body = rules.decode_items(raw)
         # A single write plans once (service.ops.db.PLANNED_ONCE_SETTINGS); a batch's
         # set-based statements are planned for its size (generic plans took 20 % longer).
-        pool = request.app[POOL if batch else PLANNED_ONCE_POOL]
+        pool = request.app[POOL if body.batch else PLANNED_ONCE_POOL]
         async with pool.acquire() as conn:
-            one = None if batch else await single.create(conn, ctx, items[0])
+            one = None if body.batch else await single.create(conn, ctx, body.items[0])
             if one is not None:
                 results = [one]
             else:
                 async with conn.transaction():
-                    results = await write_many(conn, ctx, items, _labels(items, batch))
-            status, encoded = _rendered(results, batch)
+                    results = await _write(conn, ctx, body)
+            status, encoded = _rendered(results, body.batch)
         return web.Response(body=encoded, status=status, content_type="application/json")
     async with request.app[POOL].acquire() as conn:
         # A replay must be the same request: same method, path and bytes of body. The
@@ -64,16 +64,23 @@ async def create_memories(request: web.Request) -> web.Response:
                     content_type="application/json",
                     headers={"Idempotent-Replayed": "true"},
                 )
-            items, batch = rules.decode_items(raw)
-            results = await write_many(conn, ctx, items, _labels(items, batch))
-            status, encoded = _rendered(results, batch)
+            body = rules.decode_items(raw)
+            results = await _write(conn, ctx, body)
+            status, encoded = _rendered(results, body.batch)
             await idempotency.save(conn, principal, key, fingerprint, status, encoded)
     return web.Response(body=encoded, status=status, content_type="application/json")
 
 
-def _labels(items: list[rules.MemoryIn], batch: bool) -> list[str]:
-    """What prefixes each item's error message: its place in a batch."""
-    return [f"memories[{i}]" if batch else "" for i in range(len(items))]
+async def _write(
+    conn: asyncpg.Connection, ctx: rules.WriteContext, body: rules.Decoded
+) -> list[rules.Written]:
+    """The body's memories, written inside the caller's transaction. A batch item that
+    did not decode is refused after the items before it: if one of them fails, it
+    decides; if none does, the raise undoes what they wrote."""
+    labels = [f"memories[{i}]" if body.batch else "" for i in range(len(body.items))]
+    results = await write_many(conn, ctx, body.items, labels)
+    body.raise_refused()
+    return results
 
 
 def _rendered(results: list[rules.Written], batch: bool) -> tuple[int, bytes]:

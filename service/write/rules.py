@@ -154,23 +154,44 @@ def new_memory(item: MemoryIn) -> NewMemory:
     return NewMemory(columns_of_new(item), store_ref, supersedes)
 
 
-def decode_items(raw: bytes) -> tuple[list[MemoryIn], bool]:
-    """One memory object or ``{"memories": [...]}``; returns the items and whether a batch."""
+@dataclass
+class Decoded:
+    """A write's body: its memories, whether it was a batch, and the first batch item that
+    does not decode (``items`` are those before it). That item's 400 is the batch's answer
+    only if every item before it passes: the first failing item decides, and whether an
+    earlier one names an unknown store or speaker is known only once it is written."""
+
+    items: list[MemoryIn]
+    batch: bool
+    refused: ApiError | None = None
+
+    def raise_refused(self) -> None:
+        if self.refused is not None:
+            raise self.refused
+
+
+def decode_items(raw: bytes) -> Decoded:
+    """One memory object or ``{"memories": [...]}``."""
     # NUL in strings is checked item by item (``write``): the first failing item decides.
     top = decode_json(raw, dict[str, msgspec.Raw], strings=False)
-    if "memories" in top:
-        extra = sorted(set(top) - {"memories"})
-        if extra:
-            raise bad_request(f"A batch body has only 'memories'; unexpected: {', '.join(extra)}")
-        parts = decode_json(top["memories"], list[msgspec.Raw], what="memories", strings=False)
-        if not 1 <= len(parts) <= MAX_BATCH:
-            raise bad_request(f"A batch holds 1 to {MAX_BATCH} memories, got {len(parts)}")
-        items = [
-            decode_json(part, MemoryIn, what=f"memories[{i}]", strings=False)
-            for i, part in enumerate(parts)
-        ]
-        return items, True
-    return [decode_json(raw, MemoryIn, what="Memory", strings=False)], False
+    if "memories" not in top:
+        return Decoded([decode_json(raw, MemoryIn, what="Memory", strings=False)], False)
+    extra = sorted(set(top) - {"memories"})
+    if extra:
+        raise bad_request(f"A batch body has only 'memories'; unexpected: {', '.join(extra)}")
+    parts = decode_json(top["memories"], list[msgspec.Raw], what="memories", strings=False)
+    if not 1 <= len(parts) <= MAX_BATCH:
+        raise bad_request(f"A batch holds 1 to {MAX_BATCH} memories, got {len(parts)}")
+    decoded = Decoded([], True)
+    for i, part in enumerate(parts):
+        try:
+            decoded.items.append(decode_json(part, MemoryIn, what=f"memories[{i}]", strings=False))
+        except ApiError as exc:
+            decoded.refused = exc
+            break
+    if not decoded.items:
+        decoded.raise_refused()
+    return decoded
 
 
 # --- checks that need the database ------------------------------------------------------------

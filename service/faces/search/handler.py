@@ -98,7 +98,7 @@ async def _search(
         entry = await cache.entry_for(pool, key, store.version)
         if entry is not None and entry.query == req.query:
             units = billing.hit_units(query_tokens, entry.result_tokens)
-            return _respond(request, store.id, entry.memory_ids, entry.response, "hit", units)
+            return _respond(request, req, store.id, entry.memory_ids, entry.response, "hit", units)
 
     body, delivered = await retrieve_and_render(
         request, model, req, store, profile, reader, early, snapshot
@@ -114,7 +114,7 @@ async def _search(
     phase(request, "bill", time.perf_counter() - started)
     if req.cache is None or key is None:
         units = billing.miss_units(query_tokens, result_tokens)
-        return _respond(request, store.id, returned, encoded, "miss", units)
+        return _respond(request, req, store.id, returned, encoded, "miss", units)
     prefix = cache.prefix_tokens(entry, req.query)
     units = billing.write_units(req.cache, query_tokens, result_tokens, prefix)
     await cache.write(
@@ -122,7 +122,7 @@ async def _search(
         result_tokens=result_tokens, store_version=store.version, memory_ids=returned,
         response=encoded,
     )  # fmt: skip
-    return _respond(request, store.id, returned, encoded, "write", units)
+    return _respond(request, req, store.id, returned, encoded, "write", units)
 
 
 async def _store_of(
@@ -175,18 +175,28 @@ def _embedder(request: web.Request) -> Embedder:
 
 
 def _respond(
-    request: web.Request, store_id: str, ids: list[str], body: bytes, cache_header: str,
-    units: float,
+    request: web.Request, req: SearchRequest, store_id: str, ids: list[str], body: bytes,
+    cache_header: str, units: float,
 ) -> web.Response:  # fmt: skip
     """Bill the search and stamp what it returned, both written off the response path
-    (the toucher's wake also flushes the meter); the response."""
+    (the toucher's wake also flushes the meter); the response, ``body`` with this
+    request's warnings (``with_warnings``)."""
     workspace_id = principal_of(request).workspace_id
     request.app[METER].add(workspace_id, "search", units)
     _stamp_used(request, workspace_id, store_id, ids)
     return web.Response(
-        body=body, content_type="application/json",
+        body=with_warnings(body, req.warnings), content_type="application/json",
         headers={"X-Cache": cache_header, "X-Usage-Units": f"{units:.4f}"},
     )  # fmt: skip
+
+
+def with_warnings(body: bytes, warnings: list[str]) -> bytes:
+    """``body`` (an encoded JSON object) with ``warnings`` last. A cached answer is
+    stored without them: they belong to the request that reads it (a typo in one is not
+    another's), and the cache key leaves out the unknown fields they name."""
+    if not warnings:
+        return body
+    return body[:-1] + b',"warnings":' + msgspec.json.encode(warnings) + b"}"
 
 
 def _stamp_used(request: web.Request, workspace_id: str, store_id: str, ids: list[str]) -> None:

@@ -38,9 +38,8 @@ def render(c: Candidate, req: SearchRequest, strip_temporal: bool) -> dict[str, 
     out["superseded_by"] = c.superseded_by
     if not strip_temporal:
         out["created_at"] = render_time(c.created_at, req.form, req.tz)
-    out["event_date"] = (
-        None if c.event_date is None else render_time(c.event_date, req.form, req.tz)
-    )
+    if c.event_date is not None:  # seed 002: a string, "if known"
+        out["event_date"] = render_time(c.event_date, req.form, req.tz)
     if c.speaker is not None:
         out["speaker"] = c.speaker
     return out

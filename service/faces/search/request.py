@@ -122,7 +122,7 @@ def parse_request(raw: bytes, model: MemoryModel, form_header: str | None) -> Se
     # What the model cannot serve is refused (values actually sent), naming the model.
     if verify >= 1 and not model.verify:
         raise forbidden(f"{model.name} cannot run verify passes; use Tablet 2")
-    if "max_images" in body and max_images >= 1 and not model.images:
+    if body.get("max_images") is not None and max_images >= 1 and not model.images:
         raise forbidden(f"{model.name} does not store images; use Tablet 2")
     if form is not None and not model.form:
         raise forbidden(f"{model.name} cannot render a form; use Scroll 1.2 or Tablet 2")

@@ -196,7 +196,5 @@ def _render(
         body["self_memories"] = [render(c, req, strip) for c in found.self_memories]
     if req.verify > 0:
         body["verify_used"] = found.verify_used
-    if req.warnings:
-        body["warnings"] = req.warnings
     phase(request, "render", time.perf_counter() - started)
     return body, found.memories + found.self_memories + found.images
