@@ -10,7 +10,7 @@ import asyncpg
 import pytest
 from aiohttp import ClientResponse
 
-from tests.helpers import ADMIN, Client, auth, make_key
+from tests.helpers import ADMIN, Client, auth, free_workspace_key, make_key
 
 BASE = "/api/v1/forward/memory_stores"
 LIST_ITEM = {"id", "type", "memory_store_id", "path", "content_size_bytes", "content_sha256",
@@ -141,6 +141,21 @@ async def test_store_list_pages_by_creation(client: Client) -> None:
     assert [s["id"] for s in rest["data"]] == made[2:] and rest["has_more"] is False
     back = await ok(await client.get(f"{BASE}?limit=2&before_id={made[2]}", headers=ADMIN))
     assert [s["id"] for s in back["data"]] == made[:2] and back["has_more"] is True
+
+
+async def test_store_list_cursor_must_be_a_store_of_the_workspace(
+    client: Client, db_url: str
+) -> None:
+    """Paged like the memory list (SPEC §8): an id that is not one of this workspace's
+    stores is a 400, whether made up, deleted, or another workspace's."""
+    gone = await new_store(client, "gone")
+    await ok(await client.delete(f"{BASE}/{gone['id']}", headers=ADMIN))
+    elsewhere = auth(await free_workspace_key(db_url, "elsewhere"))
+    theirs = await ok(await client.post(BASE, json={"name": "theirs"}, headers=elsewhere), 201)
+    for param in ("after_id", "before_id"):
+        for value in ("bogus", "memstore_zzzzzzzzzzzzzzzzzzzz", gone["id"], theirs["id"]):
+            resp = await client.get(f"{BASE}?{param}={value}", headers=ADMIN)
+            assert param in await plain_error(resp, 400, "invalid_request_error")
 
 
 async def test_delete_store(client: Client, conn: asyncpg.Connection) -> None:
@@ -374,6 +389,20 @@ async def test_list_cursor_must_be_a_memory_of_the_store(client: Client) -> None
         for value in (m["id"], "mem_nope"):
             resp = await client.get(f"{BASE}/{a['id']}/memories?{param}={value}", headers=ADMIN)
             await plain_error(resp, 400, "invalid_request_error")
+
+
+async def test_a_deleted_memory_still_anchors_the_next_page(client: Client) -> None:
+    """A client paging through the list is not refused because the last memory it saw
+    was deleted meanwhile: the page goes on from its path."""
+    store = await new_store(client)
+    made = [await put(client, store["id"], f"n{i}.md") for i in range(5)]
+    first = await listing(client, store["id"], "limit=2")
+    assert first["last_id"] == made[1]["id"]
+    await ok(await client.delete(f"{BASE}/{store['id']}/memories/{made[1]['id']}", headers=ADMIN))
+    rest = await listing(client, store["id"], f"limit=2&after_id={made[1]['id']}")
+    assert [e["path"] for e in rest["data"]] == ["n2.md", "n3.md"] and rest["has_more"] is True
+    back = await listing(client, store["id"], f"before_id={made[1]['id']}")
+    assert [e["path"] for e in back["data"]] == ["n0.md"] and back["has_more"] is False
 
 
 async def test_paging_forward_and_backward_reproduces_the_order(client: Client) -> None:

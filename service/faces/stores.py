@@ -160,10 +160,14 @@ async def create_store(request: web.Request) -> web.Response:
 async def list_stores(request: web.Request) -> web.Response:
     limit = parse_limit(request)
     after, before = paging_ids(request)
+    pool, workspace_id = request.app[READ_POOL], principal_of(request).workspace_id
+    anchor = after or before
+    if anchor is not None and not await stores.store_exists(pool, workspace_id, anchor):
+        name = "after_id" if after else "before_id"
+        raise bad_request(f"{name} {anchor!r} is not a store of this workspace")
     found, has_more = await stores.list_stores(
-        request.app[READ_POOL], principal_of(request).workspace_id,
-        after=after or "", before=before, limit=limit,
-    )  # fmt: skip
+        pool, workspace_id, after=after or "", before=before, limit=limit
+    )
     return json_response(page([store_object(s) for s in found], has_more))
 
 

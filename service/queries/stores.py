@@ -123,6 +123,17 @@ async def list_stores(
     return stores, len(rows) > limit
 
 
+STORE_EXISTS = NamedSQL("""
+SELECT EXISTS (SELECT 1 FROM stores WHERE workspace_id = :workspace AND id = :id)
+""")
+
+
+async def store_exists(conn: Conn, workspace_id: str, store_id: str) -> bool:
+    """Whether ``store_id`` is a store of the workspace (a page of the list may start there)."""
+    found: bool = await STORE_EXISTS.fetchval(conn, workspace=workspace_id, id=store_id)
+    return found
+
+
 HAS_ACTIVE = NamedSQL("""
 SELECT EXISTS (
     SELECT 1 FROM memories
@@ -227,10 +238,11 @@ async def list_entries(
     return entries, len(rows) > limit
 
 
+# A deleted memory (a tombstone, until it is purged) still anchors a page: a client
+# paging through the list must not be refused because the last memory it saw was deleted.
 PATH_OF = NamedSQL("""
 SELECT path FROM memories
-WHERE workspace_id = :workspace AND store_id = :store AND id = :id
-  AND path IS NOT NULL AND status <> 'deleted'
+WHERE workspace_id = :workspace AND store_id = :store AND id = :id AND path IS NOT NULL
   AND mneme_readable(scope, :is_service, :member, :rooms)
 """)
 
