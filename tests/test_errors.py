@@ -6,12 +6,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
+import pytest
 from aiohttp import ClientResponse, web
 
 from embeddings.model import SentenceTransformerEmbedder
 from service.app import create_app
 from service.settings import Settings
-from tests.helpers import ADMIN, Client, auth, make_key
+from tests.helpers import ADMIN, BOOTSTRAP_KEY, Client, auth, make_key
 
 
 async def assert_error(resp: ClientResponse, status: int, kind: str) -> dict[str, Any]:
@@ -48,6 +49,20 @@ async def test_unknown_key_is_a_401(client: Client) -> None:
 
 async def test_non_bearer_authorization_is_a_401(client: Client) -> None:
     resp = await client.get("/api/v1/members", headers={"Authorization": "Basic abc"})
+    body = await assert_error(resp, 401, "authentication_error")
+    assert "Bearer" in body["error"]["message"]
+
+
+@pytest.mark.parametrize("authorization", ["Basic abc", "", "Bearer "])
+async def test_x_api_key_counts_beside_another_authorization(
+    client: Client, authorization: str
+) -> None:
+    """A proxy's own Authorization (Basic credentials, or an empty one) beside the key in
+    X-API-Key: both headers are accepted everywhere (SPEC §1), so the key is used."""
+    headers = {"Authorization": authorization, "X-API-Key": BOOTSTRAP_KEY}
+    assert (await client.get("/api/v1/members", headers=headers)).status == 200
+    bad = {"Authorization": "Bearer mneme_sk_not-a-real-key", "X-API-Key": BOOTSTRAP_KEY}
+    resp = await client.get("/api/v1/members", headers=bad)  # a Bearer key is the one used
     await assert_error(resp, 401, "authentication_error")
 
 

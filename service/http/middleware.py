@@ -166,15 +166,18 @@ def _ascii(secret: str) -> str:
 
 
 def presented_key(request: web.Request) -> str:
+    """The key a request presents: ``Authorization: Bearer <key>``, else ``X-API-Key``.
+    An Authorization header of another scheme (a proxy's Basic credentials) does not
+    hide an X-API-Key beside it."""
     auth = request.headers.get("Authorization")
-    if auth is not None:
-        scheme, _, token = auth.strip().partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            raise ApiError(401, "The Authorization header must be 'Bearer <api key>'")
+    scheme, _, token = (auth or "").strip().partition(" ")
+    if scheme.lower() == "bearer" and token.strip():
         return _ascii(token.strip())
     key = request.headers.get("X-API-Key")
     if key is not None and key.strip():
         return _ascii(key.strip())
+    if auth is not None:
+        raise ApiError(401, "The Authorization header must be 'Bearer <api key>'")
     raise ApiError(401, "Missing API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'")
 
 
