@@ -117,8 +117,8 @@ def check_origin(request: web.Request) -> dict[str, str]:
     if origin not in request.app[SETTINGS].mcp_allowed_origins:
         raise ApiError(
             403,
-            f"Origin {origin!r} may not use /mcp: add it to MNEME_MCP_ALLOWED_ORIGINS to allow "
-            "a browser page there",
+            "This Origin may not use /mcp: add it to MNEME_MCP_ALLOWED_ORIGINS to allow a "
+            "browser page there",  # never the header's value in a body (SPEC §9)
         )
     return {"Access-Control-Allow-Origin": origin, "Vary": "Origin"}
 

@@ -27,9 +27,9 @@ ASGIApp = Callable[[MutableMapping[str, Any], Receive, Send], Awaitable[None]]
 
 def scope_of(request: web.Request, body_size: int) -> dict[str, Any]:
     """The ASGI HTTP scope of ``request``."""
-    headers = [
-        (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in request.headers.items()
-    ]
+    # The bytes as they came (a value need not be Latin-1: UTF-8 or any byte must reach
+    # the MCP library as it was sent, never fail here as a 500).
+    headers = [(k.lower(), v) for k, v in request.raw_headers]
     if "Content-Length" not in request.headers and body_size:
         headers.append((b"content-length", str(body_size).encode()))
     sockname = request.transport.get_extra_info("sockname") if request.transport else None
@@ -41,8 +41,8 @@ def scope_of(request: web.Request, body_size: int) -> dict[str, Any]:
         "method": request.method,
         "scheme": request.scheme,
         "path": request.path,
-        "raw_path": request.raw_path.split("?", 1)[0].encode("latin-1"),
-        "query_string": request.query_string.encode("latin-1"),
+        "raw_path": request.raw_path.split("?", 1)[0].encode("utf-8", "surrogateescape"),
+        "query_string": request.rel_url.raw_query_string.encode("utf-8", "surrogateescape"),
         "root_path": "",
         "headers": headers,
         "client": tuple(peername[:2]) if peername else None,
