@@ -6,10 +6,12 @@ does to the memories behind it; tests/test_mcp_http.py has what only HTTP has.""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 
 import pytest
 
-from tests.helpers import TOOLS, call, connected, make_key, refused
+from tests.helpers import ADMIN, SCRIPT, TOOLS, call, connected, make_key, refused, write
 from tests.helpers import Client as HttpClient
 
 
@@ -133,3 +135,37 @@ async def test_the_key_decides_what_the_tools_may_do(client: HttpClient, transpo
             assert "403" in text
         assert await call(agent, "browse", search="Sneaky") == []
         assert json.dumps(await call(agent, "list_files", store="default")) == "[]"
+
+
+async def test_browse_lists_the_newest_first_whatever_was_used_last(
+    client: HttpClient, transport: str
+) -> None:
+    # Written older, newer; the older one used last, so browse's own order puts it first.
+    used = {"firstSeenAt": "2025-01-01T00:00:00Z"}
+    older, newer = await write(
+        client,
+        {"text": "Kiln fired on Monday.", **used, "lastUsedAt": "2025-01-03T00:00:00Z"},
+        {"text": "Kiln fired on Friday.", **used, "lastUsedAt": "2025-01-01T00:00:00Z"},
+    )
+    page = await client.get("/api/v1/memories?search=kiln", headers=ADMIN)
+    assert [m["id"] for m in (await page.json())["data"]] == [older, newer]
+    async with connected(client, transport=transport) as agent:
+        found = await call(agent, "browse", search="KILN")
+    assert [m["id"] for m in found] == [newer, older]
+
+
+def test_mneme_mcp_without_a_key_says_so_in_one_line() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "MNEME_API_KEY"}
+    done = subprocess.run(
+        [SCRIPT], env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode != 0 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        "mneme-mcp: set MNEME_API_KEY to a Mneme API key (`mneme keys create`)"
+    ]
+
+
+async def test_a_service_that_does_not_answer_is_a_tool_error_that_says_so() -> None:
+    async with connected("http://127.0.0.1:9", transport="stdio") as agent:
+        text = await refused(agent, "recall", query="anything")
+    assert "recall: connection_error: No answer from http://127.0.0.1:9" in text, text

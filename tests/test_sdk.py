@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -281,8 +282,27 @@ def test_each_error_class_comes_from_a_real_answer(server: Server, client: Mneme
 
 def test_a_key_is_required(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MNEME_API_KEY", raising=False)
-    with pytest.raises(MnemeError, match="MNEME_API_KEY"):
+    with pytest.raises(AuthenticationError, match="MNEME_API_KEY") as missing:
         Mneme()
+    assert (missing.value.status, missing.value.type) == (None, "authentication_error")
+
+
+def test_no_answer_within_the_timeout_is_an_api_error() -> None:
+    # A listener that never accepts: the connection opens (the kernel's backlog), no answer.
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        port = silent.getsockname()[1]
+        started = time.monotonic()
+        for client in (Mneme, AsyncMneme):
+            made = client(api_key="k", base_url=f"http://127.0.0.1:{port}", timeout=0.3,
+                          max_retries=0)  # fmt: skip
+            with pytest.raises(APIError) as late:
+                if isinstance(made, AsyncMneme):
+                    asyncio.run(made.get("mem_x"))
+                else:
+                    made.get("mem_x")
+            assert (late.value.status, late.value.type) == (None, "timeout_error")
+            assert "within 0.3 s" in late.value.message
+        assert time.monotonic() - started < 10
 
 
 def test_a_real_rate_limit_is_a_rate_limit_error(server: Server) -> None:

@@ -24,7 +24,7 @@ class _Transport(Base[httpx.AsyncClient]):
         request = self._request(call)
         attempt = 0
         while True:
-            with reaching(self.base_url):
+            with reaching(self.base_url, self.timeout):
                 response = await self.http.send(request)
             wait = self._wait(response, attempt)
             if wait is None:

@@ -15,7 +15,7 @@ from typing import Generic, TypeVar
 import httpx
 
 from mneme_client._call import Call
-from mneme_client._errors import MnemeError, error_for
+from mneme_client._errors import APIError, AuthenticationError, MnemeError, error_for
 
 T = TypeVar("T")
 
@@ -45,7 +45,9 @@ class Base(Generic[H]):
     ) -> None:
         key = api_key or os.environ.get("MNEME_API_KEY")
         if not key:
-            raise MnemeError("No API key: pass api_key= or set MNEME_API_KEY")
+            raise AuthenticationError(
+                "No API key: pass api_key= or set MNEME_API_KEY", type="authentication_error"
+            )
         self.base_url = (base_url or os.environ.get("MNEME_URL") or DEFAULT_URL).rstrip("/")
         self.timeout = timeout
         self.max_retries = max_retries
@@ -98,9 +100,12 @@ def retry_after(value: str | None) -> float | None:
 
 
 @contextlib.contextmanager
-def reaching(url: str) -> Iterator[None]:
-    """No answer at all (refused, reset, timed out) is a ``MnemeError`` without a status."""
+def reaching(url: str, timeout: float) -> Iterator[None]:
+    """No answer at all is an error without a status: an ``APIError`` (``timeout_error``)
+    past ``timeout`` seconds, else a ``MnemeError`` (``connection_error``: refused, reset)."""
     try:
         yield
+    except httpx.TimeoutException as exc:
+        raise APIError(f"No answer from {url} within {timeout} s", type="timeout_error") from exc
     except httpx.TransportError as exc:
         raise MnemeError(f"No answer from {url}: {exc!r}", type="connection_error") from exc

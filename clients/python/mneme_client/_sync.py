@@ -23,7 +23,7 @@ class _Transport(Base[httpx.Client]):
         request = self._request(call)
         attempt = 0
         while True:
-            with reaching(self.base_url):
+            with reaching(self.base_url, self.timeout):
                 response = self.http.send(request)
             wait = self._wait(response, attempt)
             if wait is None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -47,7 +48,10 @@ DESCRIPTIONS = {
         "Store a memory (one fact, in plain words) so it can be recalled later; returns its id."
     ),
     "recall": "Find the memories most relevant to a question, best first.",
-    "browse": "List memories, most recently used first; with `search`, those matching its words.",
+    "browse": (
+        "List the newest memories, most recently written first; with `search`, only those "
+        "whose text contains it (any case)."
+    ),
     "forget": "Delete a memory that is wrong or no longer true, by its id.",
     "list_files": "List the files of a store (paths and sha256, no content), by path.",
     "read_file": "Read a file of a store: its content and the sha256 to pass to write_file.",
@@ -95,8 +99,10 @@ Path = Annotated[str, Field(description="The file's path in the store, e.g. note
 
 
 def _tool_error(exc: MnemeError, hint: str = "") -> ToolError:
-    """The API's refusal as a tool error: its status, type and message (and a hint)."""
-    return ToolError(f"{exc.status} {exc.type}: {exc.message}{hint}")
+    """The API's refusal as a tool error: its status, type and message (and a hint); no
+    answer at all: ``connection_error`` and what went wrong."""
+    head = " ".join(str(part) for part in (exc.status, exc.type) if part is not None)
+    return ToolError(f"{head or 'error'}: {exc.message}{hint}")
 
 
 async def _call(action: Awaitable[T]) -> T:
@@ -176,7 +182,9 @@ async def recall(
 
 async def browse(
     store: Store = None,
-    search: Annotated[str | None, Field(description="Words the memories must match")] = None,
+    search: Annotated[
+        str | None, Field(description="Text the memories must contain (any case)")
+    ] = None,
     limit: Annotated[int, Field(ge=1, le=200)] = 20,
 ) -> list[dict[str, Any]]:
     bound = caller()
@@ -191,7 +199,9 @@ async def browse(
                 break
     except MnemeError as exc:
         raise _tool_error(exc) from exc
-    return found
+    # Browse sorts each window by last use; the agent asked for the newest, and ids sort
+    # by creation.
+    return sorted(found, key=lambda m: str(m["id"]), reverse=True)
 
 
 async def forget(
@@ -267,7 +277,12 @@ def main() -> None:
     """The ``mneme-mcp`` console script: the server on stdin/stdout."""
     # stdout is the protocol; httpx's line per request would only crowd the client's log.
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    client = AsyncMneme(os.environ.get("MNEME_API_KEY"), os.environ.get("MNEME_URL"))
+    if not os.environ.get("MNEME_API_KEY"):
+        sys.exit("mneme-mcp: set MNEME_API_KEY to a Mneme API key (`mneme keys create`)")
+    try:
+        client = AsyncMneme(os.environ.get("MNEME_API_KEY"), os.environ.get("MNEME_URL"))
+    except MnemeError as exc:  # a line for the person, not a traceback
+        sys.exit(f"mneme-mcp: {exc.message}")
     CALLER.set(Caller(client, os.environ.get("MNEME_STORE") or "default"))
     build_server().run("stdio")
 
