@@ -433,6 +433,44 @@ async def test_cache_write_hit_extension_and_invalidation(
     assert (await cached_search(client, body))[0] == "write"
 
 
+async def test_an_extension_with_fewer_tokens_bills_no_new_part(
+    client: Client, facts: list[str], embedder: SentenceTransformerEmbedder
+) -> None:
+    """The tokenizer does not add up: "alice drin" is more tokens than "alice drink". The
+    cached part is billed at most as the whole query, the new part never below nothing."""
+    short, whole = "what does alice drin", "what does alice drink"
+    assert embedder.count_tokens(short) > embedder.count_tokens(whole)
+    body: dict[str, Any] = {"user_id": "default", "query": short, "max_results": 5,
+                            "cache_control": {"type": "ephemeral", "ttl": "5m"}}  # fmt: skip
+    assert (await cached_search(client, body))[0] == "write"
+    state, units, out = await cached_search(client, {**body, "query": whole})
+    results = sum(
+        embedder.count_tokens(m["content"])
+        for key in ("memories", "self_memories", "images")
+        for m in out[key]
+    )
+    assert state == "write" and out["memories"]
+    assert units == pytest.approx(0.1 * embedder.count_tokens(whole) + results, abs=1e-3)
+
+
+async def test_registering_or_removing_a_speaker_invalidates_cached_answers(
+    client: Client, facts: list[str]
+) -> None:
+    # A question naming a registered speaker favours their memories: another answer.
+    body: dict[str, Any] = {"user_id": "default", "query": "what did John say about tea",
+                            "cache_control": {"type": "ephemeral", "ttl": "5m"}}  # fmt: skip
+    speakers = "/api/v1/stores/default/speakers"
+    assert (await cached_search(client, body))[0] == "write"
+    assert (await cached_search(client, body))[0] == "hit"
+    resp = await client.post(speakers, json={"name": "John"}, headers=ADMIN)
+    assert resp.status == 201, await resp.text()
+    assert (await cached_search(client, body))[0] == "write"
+    assert (await cached_search(client, body))[0] == "hit"
+    resp = await client.delete(f"{speakers}/John", headers=ADMIN)
+    assert resp.status == 204, await resp.text()
+    assert (await cached_search(client, body))[0] == "write"
+
+
 async def test_a_cached_answer_carries_the_warnings_of_the_request_that_reads_it(
     client: Client, facts: list[str]
 ) -> None:

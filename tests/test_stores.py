@@ -179,6 +179,33 @@ async def test_delete_store(client: Client, conn: asyncpg.Connection) -> None:
     )
 
 
+async def test_a_delete_waits_for_a_write_in_flight_and_then_refuses(
+    client: Client, db_url: str
+) -> None:
+    """A write holds its store's row (the foreign key) until it commits; a delete without
+    force must see that write's memory, not cascade over it once it is acknowledged."""
+    store = await new_store(client, "racing")
+    writer = await asyncpg.connect(db_url)
+    try:
+        async with writer.transaction():
+            await writer.execute(
+                "INSERT INTO memories (workspace_id, id, store_id, text, provider_ref, "
+                "content_sha256, content_size_bytes) SELECT workspace_id, "
+                "'mem_0000000000racingwrite', id, 'x', 'r', 'h', 1 FROM stores WHERE id = $1",
+                store["id"],
+            )
+            delete = asyncio.create_task(client.delete(f"{BASE}/{store['id']}", headers=ADMIN))
+            await asyncio.sleep(1.0)  # the delete has reached the store's row and waits
+            assert not delete.done()
+        await plain_error(await delete, 409, "conflict_error")
+        assert (
+            await writer.fetchval("SELECT status FROM memories WHERE store_id = $1", store["id"])
+            == "active"
+        )
+    finally:
+        await writer.close()
+
+
 # --- memories -----------------------------------------------------------------------------
 
 
@@ -405,6 +432,29 @@ async def test_a_deleted_memory_still_anchors_the_next_page(client: Client) -> N
     assert [e["path"] for e in back["data"]] == ["n0.md"] and back["has_more"] is False
 
 
+async def test_a_deleted_anchor_whose_path_was_taken_again_keeps_the_order(
+    client: Client,
+) -> None:
+    """After deleting a.md (A), a new a.md (B) sorts after A in (path, id) order: a page
+    after A starts with B, a page before B ends with A, restored."""
+    store = await new_store(client)
+    base = f"{BASE}/{store['id']}/memories"
+    a = await put(client, store["id"], "a.md")
+    await put(client, store["id"], "b.md")
+    await ok(await client.delete(f"{base}/{a['id']}", headers=ADMIN))
+    b = await put(client, store["id"], "a.md")
+    after = await listing(client, store["id"], f"after_id={a['id']}")
+    assert [e["id"] for e in after["data"]][:1] == [b["id"]]
+    assert [e["path"] for e in after["data"]] == ["a.md", "b.md"]
+    await ok(await client.delete(f"{base}/{b['id']}", headers=ADMIN))
+    resp = await client.patch(
+        f"/api/v1/memories/{a['id']}", json={"status": "active"}, headers=ADMIN
+    )
+    assert resp.status == 200, await resp.text()
+    before = await listing(client, store["id"], f"before_id={b['id']}")
+    assert [e["id"] for e in before["data"]] == [a["id"]]
+
+
 async def test_paging_forward_and_backward_reproduces_the_order(client: Client) -> None:
     store = await new_store(client)
     paths = [f"dir{i % 3}/file{i:02d}.md" for i in range(23)] + [
@@ -490,7 +540,8 @@ async def test_prefix_listing_is_an_index_range_scan(conn: asyncpg.Connection) -
     )  # tiny table: make the planner show its index choice
     listing = stores.LIST_AFTER_BOUNDED
     values = {
-        "workspace": "w", "store": "s", "prefix": "a/b", "cursor": "", "limit": 21,
+        "workspace": "w", "store": "s", "prefix": "a/b", "cursor": "", "cursor_id": "",
+        "limit": 21,
         "is_service": True, "member": None, "rooms": [], "upper": "a/c",
     }  # fmt: skip
     plan = "\n".join(

@@ -158,6 +158,31 @@ async def test_upsert_with_nothing_new_writes_no_version(
     assert await count(conn, "memory_versions") == 1
 
 
+async def test_an_upsert_never_moves_a_path(client: Client, conn: asyncpg.Connection) -> None:
+    """A path is fixed when the memory is written, through every door: the Memory Store
+    face refuses another path, and so does an upsert onto a file's identity."""
+    resp = await client.post(
+        "/api/v1/forward/memory_stores/default/memories",
+        json={"path": "notes/a.md", "content": "x"}, headers=ADMIN,
+    )  # fmt: skip
+    assert resp.status == 201, await resp.text()
+    file_id = (await resp.json())["id"]
+    await post(client, {"text": "no path", "providerRef": "fact-1"})
+    before = await conn.fetch("SELECT id, path, text FROM memories ORDER BY id")
+    for body in (
+        {"text": "y", "providerRef": file_id, "path": "moved.md"},
+        {"text": "no path", "providerRef": "fact-1", "path": "now/a/file.md"},
+        {"memories": [{"text": "ok", "providerRef": "fact-2"},
+                      {"providerRef": file_id, "path": "moved.md"}]},
+    ):  # fmt: skip
+        status, error = await post(client, body)
+        assert status == 400 and error["error"]["param"] == "path", error
+        assert "immutable" in error["error"]["message"]
+    assert await conn.fetch("SELECT id, path, text FROM memories ORDER BY id") == before
+    status, same = await post(client, {"text": "z", "providerRef": file_id, "path": "notes/a.md"})
+    assert (status, same["path"], same["text"]) == (200, "notes/a.md", "z")
+
+
 async def test_sync_may_supply_first_seen_and_last_used(client: Client) -> None:
     _, m = await post(client, {"text": "synced", "firstSeenAt": "2025-01-10T12:00:00Z"})
     assert m["firstSeenAt"] == "2025-01-10T12:00:00.000Z"

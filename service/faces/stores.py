@@ -335,8 +335,8 @@ async def list_memories(request: web.Request) -> web.Response:
             raise bad_request(f"{name} {anchor_id!r} is not a memory of this store")
     entries, has_more = await stores.list_entries(
         pool, principal, store.id, prefix=prefix,
-        after_path=anchor if after is not None else None,
-        before_path=anchor if before is not None else None,
+        after=None if anchor is None or after is None else (anchor, after),
+        before=None if anchor is None or before is None else (anchor, before),
         limit=limit,
     )  # fmt: skip
     return json_response(page([entry_object(e, store.id) for e in entries], has_more))

@@ -144,7 +144,19 @@ SELECT EXISTS (
 DELETE_STORE = NamedSQL("DELETE FROM stores WHERE workspace_id = :workspace AND id = :id")
 
 
+# Taken before HAS_ACTIVE: a write in flight holds a key-share lock on the store's row (its
+# memory's foreign key) until it commits, so this waits for it, and HAS_ACTIVE, a statement
+# of its own, then sees its memory. Without it, the delete would cascade over a memory whose
+# write was acknowledged meanwhile.
+LOCK_STORE = NamedSQL(
+    "SELECT 1 FROM stores WHERE workspace_id = :workspace AND id = :id FOR UPDATE"
+)
+
+
 async def has_active(conn: Conn, workspace_id: str, store_id: str) -> bool:
+    """Whether the store holds an active memory, once every write in flight to it is done
+    (in the caller's transaction: no write starts before it ends)."""
+    await LOCK_STORE.execute(conn, workspace=workspace_id, id=store_id)
     return bool(await HAS_ACTIVE.fetchval(conn, workspace=workspace_id, store=store_id))
 
 
@@ -190,8 +202,8 @@ WHERE workspace_id = :workspace AND store_id = :store
   AND path IS NOT NULL AND status <> 'deleted'
   AND mneme_readable(scope, :is_service, :member, :rooms)
   AND path >= :prefix {{upper}}
-  AND path {{op}} :cursor
-ORDER BY path {{direction}}
+  AND path {{op}}= :cursor AND (path, id) {{op}} (:cursor, :cursor_id)
+ORDER BY path {{direction}}  -- a live path is unique: no id needed to order the page
 LIMIT :limit
 """
 
@@ -214,32 +226,34 @@ async def list_entries(
     store_id: str,
     *,
     prefix: str,
-    after_path: str | None,
-    before_path: str | None,
+    after: tuple[str, str] | None,
+    before: tuple[str, str] | None,
     limit: int,
 ) -> tuple[list[Entry], bool]:
-    """A page in (path, id) order, ascending; and whether more lie in the paging direction."""
+    """A page in (path, id) order, ascending, strictly after or before an anchor's
+    (path, id); and whether more lie in the paging direction."""
     upper = successor(prefix)
     values = {
         **readable_by(principal), "store": store_id, "prefix": prefix, "limit": limit + 1,
         **({} if upper is None else {"upper": upper}),
     }  # fmt: skip
-    if before_path is not None:
+    if before is not None:
         statement = LIST_BEFORE if upper is None else LIST_BEFORE_BOUNDED
-        rows = await statement.fetch(conn, cursor=before_path, **values)
+        rows = await statement.fetch(conn, cursor=before[0], cursor_id=before[1], **values)
         entries = [Entry(**r) for r in rows[:limit]]
         entries.reverse()
     else:
         statement = LIST_AFTER if upper is None else LIST_AFTER_BOUNDED
-        start = after_path if after_path is not None else ""
-        # "" sorts before every path, so (path > "") is the first page.
-        rows = await statement.fetch(conn, cursor=start, **values)
+        # ("", "") sorts before every (path, id): the first page.
+        path, memory_id = after if after is not None else ("", "")
+        rows = await statement.fetch(conn, cursor=path, cursor_id=memory_id, **values)
         entries = [Entry(**r) for r in rows[:limit]]
     return entries, len(rows) > limit
 
 
 # A deleted memory (a tombstone, until it is purged) still anchors a page: a client
 # paging through the list must not be refused because the last memory it saw was deleted.
+# Its path may be taken again by then, so the page starts after its (path, id), not its path.
 PATH_OF = NamedSQL("""
 SELECT path FROM memories
 WHERE workspace_id = :workspace AND store_id = :store AND id = :id AND path IS NOT NULL

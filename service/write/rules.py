@@ -507,6 +507,10 @@ async def upsert(
     """Update the memory holding the identity; the caller can read it (``_write``), and a
     scope a key can read is one it may write into."""
     changes = changed(existing, columns)
+    if "path" in changes:  # as on the Memory Store face: a memory's path is fixed at its write
+        raise bad_request(
+            "path is immutable: write a new memory at the new path instead", param="path"
+        )
     if not changes:
         return Written(existing, upserted=True)
     try:

@@ -41,7 +41,8 @@ def miss_units(query_tokens: int, result_tokens: int) -> float:
 
 def write_units(ttl: str, query_tokens: int, result_tokens: int, prefix_tokens: int) -> float:
     """A search that writes a cache entry for ``ttl``: the query at the write rate but for
-    ``prefix_tokens`` (the part a previous entry's query already held) at the hit rate."""
-    return (
-        HIT_RATE * prefix_tokens + WRITE_RATE[ttl] * (query_tokens - prefix_tokens) + result_tokens
-    )
+    ``prefix_tokens`` (the part a previous entry's query already held) at the hit rate. The
+    tokenizer does not add up ("alice drin" is more tokens than "alice drink"), so the
+    cached part is at most the whole query and the new part never below nothing."""
+    cached = min(prefix_tokens, query_tokens)
+    return HIT_RATE * cached + WRITE_RATE[ttl] * (query_tokens - cached) + result_tokens
