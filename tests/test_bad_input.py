@@ -362,3 +362,25 @@ async def test_sync_identities_are_bounded_to_what_their_index_holds(
     ):
         resp = await client.post(MEMORY, json=body, headers=ADMIN)
         assert resp.status == 400 and (await resp.json())["error"]["param"] == param
+
+
+@pytest.mark.parametrize("value", ["2026-W28-2", "20260714T1505Z", "2026-07-14T15", "2026-195"])
+async def test_iso_forms_that_are_not_timestamps_are_a_400(
+    client: Client, conn: asyncpg.Connection, value: str
+) -> None:
+    """SPEC §8: RFC 3339 strings (a date alone counts as midnight UTC); not every form
+    datetime.fromisoformat takes (a week date, the basic format, an hour alone)."""
+    before = await conn.fetchval("SELECT count(*) FROM memories")
+    resp = await client.post(MEMORY, json=memory(text="x", eventDate=value), headers=ADMIN)
+    assert resp.status == 400 and "eventDate" in await resp.text()
+    body = {"user_id": "default", "query": "x", "filters": {"created_after": value}}
+    resp = await client.post("/api/v1/memory/search", json=body, headers=ADMIN)
+    assert resp.status == 400 and "created_after" in await resp.text()
+    assert await conn.fetchval("SELECT count(*) FROM memories") == before
+
+
+async def test_rfc3339_lowercase_t_and_z_are_timestamps(client: Client) -> None:
+    value = "2026-07-14t15:05:00.5z"
+    resp = await client.post(MEMORY, json=memory(text="x", eventDate=value), headers=ADMIN)
+    assert resp.status == 201, await resp.text()
+    assert (await resp.json())["eventDate"] == "2026-07-14T15:05:00.500Z"

@@ -471,6 +471,27 @@ async def test_registering_or_removing_a_speaker_invalidates_cached_answers(
     assert (await cached_search(client, body))[0] == "write"
 
 
+async def test_a_cache_hit_is_answered_while_the_model_is_loading(
+    client: Client, facts: list[str]
+) -> None:
+    """SPEC §3.3: a hit returns the stored answer without embedding or retrieval, so it
+    needs no model; anything else waits for it (503 with Retry-After)."""
+    body: dict[str, Any] = {"user_id": "default", "query": "what does alice drink",
+                            "cache_control": {"type": "ephemeral", "ttl": "5m"}}  # fmt: skip
+    state, written_units, written = await cached_search(client, body)
+    slot = client.app[EMBEDDER]
+    held = slot.embedder, slot.queries
+    slot.embedder, slot.queries = None, None  # as while the model loads
+    try:
+        state, units, hit = await cached_search(client, body)
+        assert (state, hit) == ("hit", written) and 0 < units < written_units
+        for other in ({**body, "query": "what does alice eat"}, {**body, "cache_control": None}):
+            resp = await client.post(URL, json=other, headers=ADMIN)
+            assert resp.status == 503 and resp.headers["Retry-After"] == "5"
+    finally:
+        slot.embedder, slot.queries = held
+
+
 async def test_a_cached_answer_carries_the_warnings_of_the_request_that_reads_it(
     client: Client, facts: list[str]
 ) -> None:

@@ -12,6 +12,13 @@ from service.http.errors import bad_request
 from service.http.json import utc
 
 DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+# RFC 3339's date-time, or a date, with ISO 8601's leniencies a person types: a space for
+# the T, no seconds, no offset (UTC). Not the rest of what datetime.fromisoformat takes
+# (2026-W28-2, 20260714T1505Z, 2026-07-14T15), which no client means as a timestamp.
+TIMESTAMP = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
+    r"([Tt ][0-9]{2}:[0-9]{2}(:[0-9]{2}([.,][0-9]+)?)?([Zz]|[+-][0-9]{2}(:?[0-9]{2})?)?)?"
+)
 
 
 def _day(query: Mapping[str, str], name: str, default: date) -> date:
@@ -55,7 +62,9 @@ def parse_time(value: str, field: str) -> datetime:
     """
     text = value.strip()
     try:
-        ts = datetime.fromisoformat(text)
+        if not TIMESTAMP.fullmatch(text):
+            raise ValueError(text)
+        ts = datetime.fromisoformat(text.upper())  # RFC 3339 allows a t and a z
     except ValueError:
         raise bad_request(
             f"{field} must be an ISO 8601 timestamp such as 2026-08-14T10:00:00Z", param=field

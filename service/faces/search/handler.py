@@ -87,18 +87,20 @@ async def _search(
 ) -> web.Response:
     principal = principal_of(request)
     store, profile, snapshot, reader = await _store_of(request, req)
-    embedder = _embedder(request)
     # The cache lives on the primary, looked up by key on connections that plan once
     # (service.ops.db.PLANNED_ONCE_SETTINGS); an entry is valid while the store is unchanged.
+    # A hit needs no model (the same query: the entry's token count), so it is answered
+    # while the model is still loading.
     pool = request.app[PLANNED_ONCE_POOL]
-    key, entry, query_tokens = None, None, 0
+    key, entry = None, None
     if req.cache is not None:
         key = cache.key_of(principal, store.id, model.name, req)
-        query_tokens = embedder.count_tokens(req.query)
         entry = await cache.entry_for(pool, key, store.version)
         if entry is not None and entry.query == req.query:
-            units = billing.hit_units(query_tokens, entry.result_tokens)
+            units = billing.hit_units(entry.query_tokens, entry.result_tokens)
             return _respond(request, req, store.id, entry.memory_ids, entry.response, "hit", units)
+    embedder = _embedder(request)
+    query_tokens = 0 if req.cache is None else embedder.count_tokens(req.query)
 
     body, delivered = await retrieve_and_render(
         request, model, req, store, profile, reader, early, snapshot
