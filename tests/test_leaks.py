@@ -14,7 +14,7 @@ import asyncpg
 import pytest
 
 from service.app_keys import POOL, TOUCHER
-from tests.helpers import ADMIN, Client, auth, make_key, make_member
+from tests.helpers import ADMIN, BOOTSTRAP_KEY, Client, auth, make_key, make_member
 
 SEARCH = "/api/v1/memory/search"
 SECRET_TEXT = "The ops room rotates the payroll database password every Tuesday."
@@ -224,6 +224,49 @@ async def test_an_idempotency_key_belongs_to_the_api_key_that_used_it(
     assert await again.json() == await first.json()
     count = await conn.fetchval("SELECT count(*) FROM memories WHERE text = $1", SECRET_TEXT)
     assert count == 1
+
+
+async def test_a_replay_is_refused_once_its_memory_is_out_of_reach(
+    client: Client, keys: dict[str, str]
+) -> None:
+    """A replay is an exit too: alice, out of room ops, no longer gets its memory back
+    by retrying the write that made it."""
+    headers = {**auth(keys["alice"]), "Idempotency-Key": "retry-2"}
+    body = {"text": SECRET_TEXT, "scope": "room:ops"}
+    first = await client.post("/api/v1/memories", json=body, headers=headers)
+    assert first.status == 201
+    assert (await client.delete("/api/v1/rooms/ops/members/alice", headers=ADMIN)).status == 200
+    again = await client.post("/api/v1/memories", json=body, headers=headers)
+    assert again.status == 409 and "Idempotent-Replayed" not in again.headers
+    assert SECRET_TEXT not in await again.text()
+
+
+async def test_a_purge_reaches_replays_cached_answers_and_supersession(
+    client: Client, conn: asyncpg.Connection
+) -> None:
+    """SPEC §3.1: a purge erases the memory for good, so no stored copy of it survives:
+    neither an Idempotency-Key's answer nor a cached search answer; and the memory it
+    superseded names it no more."""
+    old = await write(client, BOOTSTRAP_KEY, {"text": "The vault code is 1234."})
+    headers = {**ADMIN, "Idempotency-Key": "purged-1"}
+    body = {"text": SECRET_TEXT, "supersedes": old["id"]}
+    made = await client.post("/api/v1/memories", json=body, headers=headers)
+    assert made.status == 201
+    secret = (await made.json())["id"]
+    assert secret in (await cached_search(client, BOOTSTRAP_KEY, "payroll password"))[1]
+    resp = await client.delete(f"/api/v1/memories/{secret}?purge=true", headers=ADMIN)
+    assert resp.status == 200
+    for table in ("idempotency_keys", "search_cache"):
+        held = await conn.fetchval(
+            f"SELECT count(*) FROM {table} WHERE $1 = ANY(memory_ids)", secret
+        )
+        assert held == 0, table
+    resp = await client.get(f"/api/v1/memories/{old['id']}", headers=ADMIN)
+    assert (await resp.json())["supersededBy"] is None
+    # The key's record went with it: a retry now is a new write, not the purged answer.
+    again = await client.post("/api/v1/memories", json=body, headers=headers)
+    assert again.status == 201 and "Idempotent-Replayed" not in again.headers
+    assert (await again.json())["id"] != secret
 
 
 # --- counts -------------------------------------------------------------------------------------

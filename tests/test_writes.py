@@ -522,6 +522,9 @@ async def test_image_memories_serve_their_media(client: Client) -> None:
     resp = await client.get(f"/api/v1/memories/{m['id']}/media", headers=ADMIN)
     assert resp.status == 200 and resp.content_type == "image/png"
     assert await resp.read() == PNG
+    # Kept by a browser for the key that fetched it only.
+    assert resp.headers["Cache-Control"] == "private, max-age=3600"
+    assert {v.strip() for v in resp.headers["Vary"].split(",")} >= {"Authorization", "X-API-Key"}
     _, plain = await post(client, {"text": "no picture"})
     assert (await client.get(f"/api/v1/memories/{plain['id']}/media", headers=ADMIN)).status == 404
 

@@ -16,6 +16,7 @@ from service.http.inputs import body_of, read_body
 from service.http.json import iso, json_response
 from service.http.middleware import principal_of
 from service.queries import idempotency, memories
+from service.queries.keys import Principal
 from service.write import rules, single
 from service.write.bulk import write_many
 
@@ -54,21 +55,31 @@ async def create_memories(request: web.Request) -> web.Response:
         async with conn.transaction():
             stored = await idempotency.lock_and_get(conn, principal, key)
             if stored is not None:
-                if stored.request_sha256 != fingerprint:
-                    raise conflict(
-                        "This Idempotency-Key was already used with a different request body"
-                    )
-                return web.Response(
-                    body=stored.response,
-                    status=stored.status,
-                    content_type="application/json",
-                    headers={"Idempotent-Replayed": "true"},
-                )
+                return await _replay(conn, principal, stored, fingerprint)
             body = rules.decode_items(raw)
             results = await _write(conn, ctx, body)
             status, encoded = _rendered(results, body.batch)
-            await idempotency.save(conn, principal, key, fingerprint, status, encoded)
+            ids = [w.memory.id for w in results]
+            await idempotency.save(conn, principal, key, fingerprint, status, encoded, ids)
     return web.Response(body=encoded, status=status, content_type="application/json")
+
+
+async def _replay(
+    conn: asyncpg.Connection, principal: Principal, stored: idempotency.Stored, fingerprint: bytes
+) -> web.Response:
+    """The first answer to this key's request again, if it is the same request and its
+    memories are all still readable by the caller."""
+    if stored.request_sha256 != fingerprint:
+        raise conflict("This Idempotency-Key was already used with a different request body")
+    if not await idempotency.replayable(conn, principal, stored):
+        raise conflict(
+            "This Idempotency-Key's write cannot be replayed: a memory it returned has since "
+            "been purged or is no longer readable by this key; nothing was written"
+        )
+    return web.Response(
+        body=stored.response, status=stored.status, content_type="application/json",
+        headers={"Idempotent-Replayed": "true"},
+    )  # fmt: skip
 
 
 async def _write(
@@ -164,6 +175,7 @@ async def get_media(request: web.Request) -> web.Response:
     if found is None:
         raise not_found(f"Memory {memory_id!r} has no media")
     data, media_type = found
-    return web.Response(
-        body=data, content_type=media_type, headers={"Cache-Control": "private, max-age=3600"}
-    )
+    # A browser may keep it an hour, but only for the key that fetched it: another key in
+    # the same browser asks the service, which checks what that key may read.
+    cache = {"Cache-Control": "private, max-age=3600", "Vary": "Authorization, X-API-Key"}
+    return web.Response(body=data, content_type=media_type, headers=cache)

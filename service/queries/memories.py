@@ -460,13 +460,27 @@ async def set_superseded(
     return _memory(row)
 
 
-PURGE = NamedSQL(
-    "DELETE FROM memories WHERE workspace_id = :workspace AND id = :id RETURNING store_id"
+# The row goes with its media, chunks' vectors and versions (cascade); so do the copies of
+# it elsewhere: idempotency answers and cached search answers that hold it. A memory it
+# superseded is superseded by nothing any more.
+PURGE = NamedSQL("""
+WITH gone AS (
+    DELETE FROM memories WHERE workspace_id = :workspace AND id = :id RETURNING store_id
+), replays AS (
+    DELETE FROM idempotency_keys WHERE workspace_id = :workspace AND :id = ANY(memory_ids)
+), answers AS (
+    DELETE FROM search_cache WHERE workspace_id = :workspace AND :id = ANY(memory_ids)
+), unlinked AS (
+    UPDATE memories SET superseded_by = NULL
+    WHERE workspace_id = :workspace AND superseded_by = :id
 )
+SELECT store_id FROM gone
+""")
 
 
 async def purge(conn: asyncpg.Connection, workspace_id: str, memory_id: str) -> str | None:
-    """Erase the row, its media, vectors and versions for good; returns its store id."""
+    """Erase the row, its media, vectors, versions and every copy of it for good; returns
+    its store id."""
     store_id: str | None = await PURGE.fetchval(conn, workspace=workspace_id, id=memory_id)
     return store_id
 
