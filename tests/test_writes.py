@@ -226,6 +226,52 @@ async def test_supersedes_marks_the_older_memory(client: Client) -> None:
     assert new["supersededBy"] is None
 
 
+async def test_a_replacement_is_readable_by_every_reader_of_what_it_replaces(
+    client: Client, conn: asyncpg.Connection
+) -> None:
+    """A superseded memory sinks and names its replacement, so the replacement must be in
+    its scope or in 'workspace': a room's note cannot demote a workspace fact for members
+    outside the room (nor hand them the room note's id)."""
+    _, shared = await post(client, {"text": "The office is in Leeds."})
+    before = await count(conn)
+    status, error = await post(
+        client, {"text": "It moved to York.", "scope": "room:ops", "supersedes": shared["id"]}
+    )
+    assert status == 400 and error["error"]["param"] == "supersedes", error
+    assert await count(conn) == before
+    got = await (await client.get(f"/api/v1/memories/{shared['id']}", headers=ADMIN)).json()
+    assert got["supersededBy"] is None
+    # The same scope, or 'workspace' over a room: every reader of the old reads the new.
+    _, room_note = await post(client, {"text": "Ops meets at 9.", "scope": "room:ops"})
+    status, same = await post(
+        client, {"text": "Ops meets at 10.", "scope": "room:ops", "supersedes": room_note["id"]}
+    )
+    assert status == 201
+    status, wide = await post(client, {"text": "Ops meets at 11.", "supersedes": same["id"]})
+    assert status == 201
+
+
+async def test_a_scope_patch_keeps_replacements_readable(client: Client) -> None:
+    _, old = await post(client, {"text": "The office is in Leeds."})
+    _, new = await post(client, {"text": "The office is in York.", "supersedes": old["id"]})
+
+    async def rescope(memory: dict[str, Any], scope: str) -> tuple[int, Any]:
+        resp = await client.patch(
+            f"/api/v1/memories/{memory['id']}", json={"scope": scope}, headers=ADMIN
+        )
+        return resp.status, await resp.json()
+
+    # The replacement may not narrow below what it replaced ...
+    status, error = await rescope(new, "room:ops")
+    assert status == 400 and error["error"]["param"] == "scope", error
+    # ... the replaced may narrow under a workspace replacement, and then both may match.
+    assert (await rescope(old, "room:ops"))[0] == 200
+    assert (await rescope(new, "room:ops"))[0] == 200
+    status, error = await rescope(old, "pair:alice:bot")  # room:ops does not cover it
+    assert status == 400 and error["error"]["param"] == "scope", error
+    assert "ops" not in error["error"]["message"]
+
+
 async def test_batch_answers_in_request_order(client: Client) -> None:
     resp = await client.post(
         "/api/v1/memories",

@@ -445,6 +445,32 @@ async def bump_proof(conn: asyncpg.Connection, workspace_id: str, memory_id: str
     return _memory(row)
 
 
+# The scopes at the two ends of a memory's supersession links (service.write.supersession):
+# the memory that replaced it, and those it replaced (memories_superseded_by, 0019).
+SUPERSESSION_SCOPES = NamedSQL("""
+SELECT (SELECT scope FROM memories WHERE workspace_id = :workspace AND id = :superseder)
+           AS superseder,
+       ARRAY(SELECT DISTINCT scope FROM memories
+             WHERE workspace_id = :workspace AND superseded_by = :id) AS superseded
+""")
+
+
+@dataclass(frozen=True)
+class SupersessionScopes:
+    superseder: str | None  # the scope of the memory that replaced it
+    superseded: list[str]  # the scopes of the memories it replaced
+
+
+async def supersession_scopes(
+    conn: asyncpg.Connection, workspace_id: str, memory: Memory
+) -> SupersessionScopes:
+    row = await SUPERSESSION_SCOPES.fetchrow(
+        conn, workspace=workspace_id, id=memory.id, superseder=memory.superseded_by
+    )
+    assert row is not None
+    return SupersessionScopes(row["superseder"], list(row["superseded"]))
+
+
 SET_SUPERSEDED = NamedSQL(f"""
 UPDATE memories AS m SET superseded_by = :by, updated_at = now()
 WHERE m.workspace_id = :workspace AND m.id = :id

@@ -25,7 +25,7 @@ from service.http.times import parse_time
 from service.queries import memories
 from service.queries.keys import Principal
 from service.queries.memories import Memory, Store
-from service.write import fields
+from service.write import fields, supersession
 
 MAX_BATCH = 500
 # What a new memory takes when a write omits it: the store every workspace has
@@ -443,6 +443,7 @@ async def _write(conn: asyncpg.Connection, ctx: WriteContext, item: MemoryIn) ->
     else:
         result = await _write_plain(conn, ctx, store, new)
     if superseded is not None and superseded.id != result.memory.id:
+        supersession.check_supersedes(result.memory, superseded)
         await memories.set_superseded(conn, ctx.workspace_id, superseded.id, result.memory.id)
     return result
 
@@ -542,6 +543,8 @@ async def patch(
     changes = changed(existing, columns)
     if not changes:
         return existing
+    if "scope" in changes:
+        await supersession.check_scope_change(conn, ctx.workspace_id, existing, changes["scope"])
     try:
         async with conn.transaction():
             memory = await memories.update(conn, ctx.workspace_id, existing.id, changes)
