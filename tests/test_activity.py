@@ -107,6 +107,36 @@ async def test_versions_carry_their_text_only_when_asked_and_only_for_readers(
     assert (await resp.json())["error"]["type"] == "invalid_request_error"
 
 
+async def test_a_version_written_in_a_narrower_scope_keeps_its_text_there(
+    client: Client,
+) -> None:
+    """SPEC §9: widening a memory's scope shows its readers what it says now, not what it
+    said while only bob and the bot could read it. The widening is a version itself."""
+    await make_member(client, "alice")
+    alice = auth(await make_key(client, kind="personal", member="alice", scopes=["memory:read"]))
+    secret = await _write(client, {"text": "Root password is hunter2.", "scope": "pair:bob:bot"})
+    resp = await client.patch(
+        f"/api/v1/memories/{secret}",
+        json={"text": "The root password is in the vault.", "scope": "workspace"},
+        headers=ADMIN,
+    )
+    assert resp.status == 200
+    resp = await client.get(f"/api/v1/memories/{secret}/versions?include=text", headers=alice)
+    assert resp.status == 200 and "hunter2" not in await resp.text()
+    assert [v["text"] for v in (await resp.json())["data"]] == [
+        "The root password is in the vault.", None,
+    ]  # fmt: skip
+    got = await client.get(f"/api/v1/memories/{secret}/versions?include=text", headers=ADMIN)
+    assert [v["text"] for v in (await got.json())["data"]][1] == "Root password is hunter2."
+    # A change of scope alone is a version too: who moved it, and when.
+    resp = await client.patch(
+        f"/api/v1/memories/{secret}", json={"scope": "pair:bob:bot"}, headers=ADMIN
+    )
+    assert resp.status == 200
+    plain = await (await client.get(f"/api/v1/memories/{secret}/versions", headers=ADMIN)).json()
+    assert [v["operation"] for v in plain["data"]] == ["modified", "modified", "created"]
+
+
 async def test_a_usage_read_waits_for_the_flush_already_in_flight(db_url: str) -> None:
     """The Overview read 0 searches once: the background flush had taken the pending units
     and not yet committed, so the read's own flush found nothing and read too early. A

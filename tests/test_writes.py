@@ -247,7 +247,7 @@ async def test_a_replacement_is_readable_by_every_reader_of_what_it_replaces(
         client, {"text": "Ops meets at 10.", "scope": "room:ops", "supersedes": room_note["id"]}
     )
     assert status == 201
-    status, wide = await post(client, {"text": "Ops meets at 11.", "supersedes": same["id"]})
+    status, _ = await post(client, {"text": "Ops meets at 11.", "supersedes": same["id"]})
     assert status == 201
 
 

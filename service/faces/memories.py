@@ -134,11 +134,12 @@ async def delete_memory(request: web.Request) -> web.Response:
 
 
 async def versions_body(
-    pool: asyncpg.Pool, workspace_id: str, memory_id: str, *, with_text: bool = False
+    pool: asyncpg.Pool, principal: Principal, memory_id: str, *, with_text: bool = False
 ) -> dict[str, Any]:
     """A memory's versions, newest first, as both faces show them; ``with_text``: each with
-    the memory's text as that version left it (the write API's ``?include=text``)."""
-    versions = await memories.list_versions(pool, workspace_id, memory_id)
+    the memory's text as that version left it (the write API's ``?include=text``), null
+    where the caller could not read the memory in that version's scope."""
+    versions = await memories.list_versions(pool, principal, memory_id)
     return {
         "data": [
             {
@@ -165,7 +166,7 @@ async def list_versions(request: web.Request) -> web.Response:
     pool = request.app[READ_POOL]  # may lag the primary (MNEME_READ_DATABASE_URL)
     if await memories.get_readable(pool, principal, memory_id) is None:
         raise not_found(f"Memory {memory_id!r} not found")
-    body = await versions_body(pool, principal.workspace_id, memory_id, with_text=bool(include))
+    body = await versions_body(pool, principal, memory_id, with_text=bool(include))
     return json_response(body)
 
 

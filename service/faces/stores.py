@@ -315,7 +315,7 @@ async def list_versions(request: web.Request) -> web.Response:
     principal = principal_of(request)
     pool = request.app[READ_POOL]
     memory = await _path_memory(pool, principal, store, request.match_info["memory_id"])
-    return json_response(await versions_body(pool, principal.workspace_id, memory.id))
+    return json_response(await versions_body(pool, principal, memory.id))
 
 
 async def list_memories(request: web.Request) -> web.Response:

@@ -52,9 +52,9 @@ WITH v AS (
     RETURNING {MEMORY_COLUMNS}
 ), versions AS (
     INSERT INTO memory_versions (workspace_id, id, memory_id, operation, actor, text, metadata,
-                                 content_sha256, path, status)
+                                 content_sha256, path, status, scope)
     SELECT :workspace, v.version_id, c.id, 'created', :actor, c.text, c.metadata,
-           c.content_sha256, c.path, c.status
+           c.content_sha256, c.path, c.status, c.scope
     FROM created c JOIN v ON v.id = c.id
 )
 SELECT * FROM created

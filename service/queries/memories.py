@@ -514,10 +514,10 @@ async def purge(conn: asyncpg.Connection, workspace_id: str, memory_id: str) -> 
 # --- versions -----------------------------------------------------------------------------
 
 INSERT_VERSION = NamedSQL("""
-INSERT INTO memory_versions
-    (workspace_id, id, memory_id, operation, actor, text, metadata, content_sha256, path, status)
+INSERT INTO memory_versions (workspace_id, id, memory_id, operation, actor, text, metadata,
+                             content_sha256, path, status, scope)
 VALUES (:workspace, :id, :memory_id, :operation, :actor, :text, :metadata, :content_sha256,
-        :path, :status)
+        :path, :status, :scope)
 """)
 
 
@@ -528,18 +528,26 @@ async def add_version(
         conn, workspace=workspace_id, id=new_id("memver"), memory_id=memory.id,
         operation=operation, actor=actor, text=memory.text, metadata=memory.metadata,
         content_sha256=memory.content_sha256, path=memory.path, status=memory.status,
+        scope=memory.scope,
     )  # fmt: skip
 
 
+# ``text`` only where the caller could read the version in its scope (0020): a version
+# from before the scope was recorded counts as in the memory's scope now.
 SELECT_VERSIONS = NamedSQL("""
-SELECT id, operation, actor, content_sha256, path, status, created_at, text
-FROM memory_versions WHERE workspace_id = :workspace AND memory_id = :memory_id
-ORDER BY id DESC
+SELECT v.id, v.operation, v.actor, v.content_sha256, v.path, v.status, v.created_at,
+       CASE WHEN mneme_readable(coalesce(v.scope, m.scope), :is_service, :member, :rooms)
+            THEN v.text END AS text
+FROM memory_versions v
+JOIN memories m ON m.workspace_id = v.workspace_id AND m.id = v.memory_id
+WHERE v.workspace_id = :workspace AND v.memory_id = :memory_id
+ORDER BY v.id DESC
 """)
 
 
-async def list_versions(conn: Conn, workspace_id: str, memory_id: str) -> list[Version]:
-    rows = await SELECT_VERSIONS.fetch(conn, workspace=workspace_id, memory_id=memory_id)
+async def list_versions(conn: Conn, principal: Principal, memory_id: str) -> list[Version]:
+    """A memory's versions, newest first (the caller reads the memory: checked before)."""
+    rows = await SELECT_VERSIONS.fetch(conn, memory_id=memory_id, **readable_by(principal))
     return [Version(**r) for r in rows]
 
 

@@ -42,9 +42,9 @@ store AS (
 _VERSION = """
 version AS (
     INSERT INTO memory_versions (workspace_id, id, memory_id, operation, actor, text, metadata,
-                                 content_sha256, path, status)
+                                 content_sha256, path, status, scope)
     SELECT :workspace, :version_id, c.id, 'created', :actor, c.text, c.metadata,
-           c.content_sha256, c.path, c.status
+           c.content_sha256, c.path, c.status, c.scope
     FROM created c
 )"""
 

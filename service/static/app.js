@@ -158,8 +158,11 @@ function versionList(list, versions) {
     const older = versions[k + 1];
     const li = el("li");
     li.append(el("span", `${v.created_at} · ${v.operation} · ${v.status} · ${v.actor || "?"}`));
-    if (v.text !== undefined) {
-      if (!older) li.append(diffNode("", v.text));
+    if (v.text === null) {
+      // Written in a scope this key cannot read: the service keeps that text back.
+      li.append(el("p", "text written in a scope this key cannot read", "hint"));
+    } else if (v.text !== undefined) {
+      if (!older || older.text === null) li.append(diffNode("", v.text));
       else if (older.text !== v.text) li.append(diffNode(older.text, v.text));
       else li.append(el("p", "text unchanged", "hint"));
     }

@@ -35,7 +35,7 @@ DEFAULT_STORE = "default"
 DEFAULT_PROVIDER = "mneme"
 DEFAULT_SCOPE = "workspace"
 # Text, path, metadata and status changes are what the audit trail records.
-VERSIONED = ("text", "path", "metadata", "status")
+VERSIONED = ("text", "path", "metadata", "status", "scope")
 
 
 class ImageIn(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
