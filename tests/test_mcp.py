@@ -35,7 +35,8 @@ async def test_the_tools_an_agent_sees(client: HttpClient, transport: str) -> No
         assert set(schema["recall"]["properties"]) == {"query", "store", "max_results", "verify"}
         max_results = json.dumps(schema["recall"]["properties"]["max_results"])
         assert '"minimum": 5' in max_results and '"maximum": 20' in max_results
-        assert set(schema["browse"]["properties"]) == {"store", "search", "limit"}
+        assert set(schema["browse"]["properties"]) == {"store", "search", "fact_type", "limit"}
+        assert set(schema["list_files"]["properties"]) == {"store", "path_prefix", "limit"}
         assert schema["forget"]["required"] == ["memory_id"]
         assert set(schema["list_files"]["required"]) == {"store"}
         assert set(schema["read_file"]["required"]) == {"store", "path"}
@@ -169,3 +170,28 @@ async def test_a_service_that_does_not_answer_is_a_tool_error_that_says_so() -> 
     async with connected("http://127.0.0.1:9", transport="stdio") as agent:
         text = await refused(agent, "recall", query="anything")
     assert "recall: connection_error: No answer from http://127.0.0.1:9" in text, text
+
+
+async def test_browse_takes_each_window_newest_first_and_shows_observations_when_asked(
+    client: HttpClient, transport: str
+) -> None:
+    # Written a, b, c, d; d deleted. With limit 2 the first window (d, c) leaves c; the
+    # second (b, a) is sorted by last use, a first: the tool still takes b, the newer.
+    used = {"firstSeenAt": "2025-01-01T00:00:00Z"}
+    _, b, c, d = await write(
+        client,
+        {"text": "Glaze test a.", **used, "lastUsedAt": "2025-01-09T00:00:00Z"},
+        {"text": "Glaze test b.", **used, "lastUsedAt": "2025-01-01T00:00:00Z"},
+        {"text": "Glaze test c.", **used, "lastUsedAt": "2025-01-01T00:00:00Z"},
+        {"text": "Glaze test d.", **used, "lastUsedAt": "2025-01-01T00:00:00Z"},
+    )
+    assert (await client.delete(f"/api/v1/memories/{d}", headers=ADMIN)).status == 200
+    async with connected(client, transport=transport) as agent:
+        found = await call(agent, "browse", search="glaze test", limit=2)
+        assert [m["id"] for m in found] == [c, b]
+        assert "store" not in found[0] and "speaker" not in found[0]  # browse carries none
+        seen = await call(agent, "remember", text="Glaze crawled at cone 6.",
+                          fact_type="observation")  # fmt: skip
+        assert await call(agent, "browse", search="crawled") == []  # hidden by default
+        shown = await call(agent, "browse", search="crawled", fact_type="observation")
+        assert [m["id"] for m in shown] == [seen["id"]]

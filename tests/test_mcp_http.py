@@ -154,6 +154,15 @@ async def test_bad_input_is_a_client_error_never_a_500(client: HttpClient) -> No
     resp = await client.post("/mcp", data=json.dumps(INITIALIZE), headers=ADMIN)  # no types
     assert resp.status in (400, 406, 415), await resp.text()
     assert (await resp.json())["error"]["type"] == "invalid_request_error"
+    # JSON that the transport refuses for its Accept header: the error shape too.
+    resp = await client.post(
+        "/mcp", data=json.dumps(INITIALIZE),
+        headers={**ADMIN, "Content-Type": "application/json", "Accept": "text/html"},
+    )  # fmt: skip
+    body = await resp.json()
+    assert resp.status == 406 and body["type"] == "error", body
+    assert body["error"]["type"] == "invalid_request_error"
+    assert body["error"]["message"].startswith("MCP: Not Acceptable")
     resp = await post_mcp(client, b"{not json", **ADMIN)
     assert resp.status == 400, await resp.text()
     assert (await resp.json())["error"]["code"] == -32700  # JSON-RPC's parse error

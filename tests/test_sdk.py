@@ -16,7 +16,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -184,6 +184,18 @@ def test_search_full_keeps_the_parts_apart_and_sends_ten_by_default(
     scroll = client.search_full(search_store, "Alice coffee", model="Scroll 1.2")
     assert scroll.self_memories == [] and scroll.images == []
     assert "self_memories" not in scroll.raw
+
+
+def test_search_filters_take_datetimes_as_the_typescript_sdk_takes_dates(
+    client: Mneme, search_store: str
+) -> None:
+    everything = client.search_full(search_store, "Alice coffee", 5)
+    since = {"created_after": datetime(2000, 1, 1, tzinfo=UTC)}
+    assert client.search_full(search_store, "Alice coffee", 5, filters=since).memories == (
+        everything.memories
+    )
+    future = {"created_after": datetime.now(UTC) + timedelta(days=1)}
+    assert client.search_full(search_store, "Alice coffee", 5, filters=future).memories == []
 
 
 def test_search_self_returns_only_the_agents_own_words(client: Mneme, search_store: str) -> None:

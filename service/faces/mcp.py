@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from typing import Any
@@ -142,12 +143,25 @@ async def handle(request: web.Request) -> web.StreamResponse:
         response = await serve_asgi(door.asgi, request, headers=cors)
     finally:
         CALLER.reset(token)
-    if response.status >= 400 and response.content_type != "application/json":
+    if response.status in (406, 415) or (
+        response.status >= 400 and response.content_type != "application/json"
+    ):
         # The transport's refusals before any JSON-RPC (a Content-Type or Accept it cannot
-        # serve) come as bare text: in the service's error shape instead, same status.
-        text = response.text if isinstance(response, web.Response) else None
-        raise ApiError(response.status, f"MCP: {(text or '').strip() or 'request refused'}")
+        # serve), as bare text or as a JSON-RPC error without an id: in the service's
+        # error shape instead, same status.
+        raise ApiError(response.status, f"MCP: {refusal_text(response)}")
     return response
+
+
+def refusal_text(response: web.StreamResponse) -> str:
+    """What the transport said when it refused a request: its text, or the message of
+    its JSON-RPC error."""
+    text = (response.text if isinstance(response, web.Response) else None) or ""
+    try:
+        message = json.loads(text)["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        message = text
+    return str(message).strip() or "request refused"
 
 
 async def no_session(request: web.Request) -> web.Response:

@@ -84,6 +84,11 @@ def wire(fields: Mapping[str, Any]) -> dict[str, Any]:
     return {camel(k): _value(v) for k, v in fields.items()}
 
 
+def filters_wire(filters: Mapping[str, Any]) -> dict[str, Any]:
+    """Search filters as given (the API's snake_case names), dates as ISO 8601."""
+    return {k: _value(v) for k, v in filters.items()}
+
+
 def query(fields: Mapping[str, Any]) -> dict[str, str]:
     """Query parameters: camelCase keys, lists comma-separated, ``None`` left out."""
     out = {}

@@ -4,11 +4,11 @@ search_self."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
 from mneme_client._call import Call, unseen
-from mneme_client._fields import SearchOptions
+from mneme_client._fields import SearchOptions, filters_wire
 from mneme_client._types import Hit, Json, SearchResult
 
 PATH = "/api/v1/memory/search"
@@ -26,6 +26,9 @@ def _call(
 ) -> Call[T]:
     opts = dict(options)
     model = opts.pop("model", None)
+    filters = opts.get("filters")
+    if isinstance(filters, Mapping):  # a date or datetime goes as ISO 8601
+        opts["filters"] = filters_wire(filters)
     count = DEFAULT_MAX_RESULTS if max_results is None else max_results
     body = {"user_id": user_id, "query": query, "max_results": count, **opts}
     headers = {"X-WOS-Model": str(model)} if model is not None else None

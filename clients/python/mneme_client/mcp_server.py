@@ -28,11 +28,16 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
+from mneme_client import _memories
 from mneme_client._async import AsyncMneme
-from mneme_client._errors import MnemeError, NotFoundError
+from mneme_client._call import Call, Page
+from mneme_client._errors import ConflictError, MnemeError
 from mneme_client._types import Hit, Memory, StoreMemory
 
 T = TypeVar("T")
+
+# How many browse windows (requests) one browse tool call reads at most.
+BROWSE_WINDOWS = 5
 
 INSTRUCTIONS = """\
 Long-term memory. `remember` what you learn that will matter later (one fact per call, in
@@ -118,6 +123,12 @@ def _memory(m: Memory) -> dict[str, Any]:
             "fact_type": m.fact_type, "scope": m.scope}  # fmt: skip
 
 
+def _browsed(m: Memory) -> dict[str, Any]:
+    """A browse item: it carries no store or speaker (the browse face's object)."""
+    return {"id": m.id, "text": m.text, "scope": m.scope, "fact_type": m.fact_type,
+            "last_used_at": m.raw.get("lastUsedAt")}  # fmt: skip
+
+
 def _hit(h: Hit) -> dict[str, Any]:
     return {"id": h.id, "content": h.content, "kind": h.kind, "similarity": h.similarity}
 
@@ -185,23 +196,30 @@ async def browse(
     search: Annotated[
         str | None, Field(description="Text the memories must contain (any case)")
     ] = None,
+    fact_type: Annotated[
+        str | None,
+        Field(description="Only memories of this fact type (observations show only so)"),
+    ] = None,
     limit: Annotated[int, Field(ge=1, le=200)] = 20,
 ) -> list[dict[str, Any]]:
     bound = caller()
     filters: dict[str, Any] = {"store": store or bound.store}
     if search:
         filters["search"] = search
-    found: list[dict[str, Any]] = []
-    try:
-        async for memory in bound.client.browse(limit=min(limit, 100), **filters):
-            found.append(_memory(memory))
-            if len(found) == limit:
-                break
-    except MnemeError as exc:
-        raise _tool_error(exc) from exc
-    # Browse sorts each window by last use; the agent asked for the newest, and ids sort
-    # by creation.
-    return sorted(found, key=lambda m: str(m["id"]), reverse=True)
+    if fact_type:
+        filters["fact_type"] = fact_type
+    # Each browse window holds the next memories by creation, its survivors sorted by
+    # last use: take each window's newest first, window by window (BROWSE_WINDOWS at most,
+    # each a request that counts towards the workspace's rate limit).
+    page: Call[Page[Memory]] | None = _memories.browse(min(limit, 100), filters)  # type: ignore[arg-type]
+    found: list[Memory] = []
+    for _ in range(BROWSE_WINDOWS):
+        if page is None or len(found) >= limit:
+            break
+        window = await _call(bound.client._t.send(page))  # the SDK's own pages
+        found += sorted(window.items, key=lambda m: m.id, reverse=True)[: limit - len(found)]
+        page = window.next
+    return [_browsed(m) for m in found]
 
 
 async def forget(
@@ -214,12 +232,18 @@ async def forget(
 async def list_files(
     store: FileStore,
     path_prefix: Annotated[str | None, Field(description="Only paths starting so")] = None,
+    limit: Annotated[int, Field(ge=1, le=500, description="At most this many files")] = 200,
 ) -> list[dict[str, Any]]:
     client = caller().client
-    try:
-        return [_file(f) async for f in client.stores.list_memories(store, path_prefix)]
+    listed: list[dict[str, Any]] = []
+    try:  # pages of 100: at most five requests
+        async for f in client.stores.list_memories(store, path_prefix, limit=min(limit, 100)):
+            listed.append(_file(f))
+            if len(listed) == limit:
+                break
     except MnemeError as exc:
         raise _tool_error(exc) from exc
+    return listed
 
 
 async def read_file(store: FileStore, path: Path) -> dict[str, Any]:
@@ -251,11 +275,11 @@ async def write_file(
         updated = await client.stores.update(
             store, found.id, content=content, content_sha256=expected_sha256
         )
-    except NotFoundError as exc:  # deleted meanwhile
-        raise _tool_error(exc) from exc
-    except MnemeError as exc:
+    except ConflictError as exc:  # changed since it was read
         hint = "; nothing was written. Read the file again, then write with its current sha256."
         raise _tool_error(exc, hint) from exc
+    except MnemeError as exc:  # deleted meanwhile, too large, not allowed, …
+        raise _tool_error(exc) from exc
     return _file(updated)
 
 
