@@ -325,7 +325,9 @@ async def cmd_export(settings: Settings, args: argparse.Namespace) -> None:
                 lines = transfer.export_store(
                     conn, ws.id, store.id, include_deleted=args.include_deleted
                 )
-                with tqdm(unit="mem", file=sys.stderr, disable=not args.output) as bar:
+                # Progress on stderr: with -o FILE, or on a terminal while stdout is piped.
+                shown = bool(args.output) or sys.stderr.isatty()
+                with tqdm(unit="mem", file=sys.stderr, disable=not shown) as bar:
                     async for line in lines:
                         out.write(line)
                         bar.update(1)
