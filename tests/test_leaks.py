@@ -269,6 +269,28 @@ async def test_a_purge_reaches_replays_cached_answers_and_supersession(
     assert (await again.json())["id"] != secret
 
 
+async def test_a_room_note_cannot_demote_what_others_read(
+    client: Client, keys: dict[str, str]
+) -> None:
+    """alice (in ops) may not supersede a workspace fact with a room note: bob would see
+    the fact sink and name a memory he cannot read. In the workspace scope she may."""
+    fact = await write(client, keys["bob"], {"text": "The office is in Leeds."})
+    refused = await write(
+        client, keys["alice"],
+        {"text": SECRET_TEXT, "scope": "room:ops", "supersedes": fact["id"]}, status=400,
+    )  # fmt: skip
+    assert refused["error"]["param"] == "supersedes"
+    seen = await client.get(f"/api/v1/memories/{fact['id']}", headers=auth(keys["bob"]))
+    assert (await seen.json())["supersededBy"] is None
+    public = await write(
+        client, keys["alice"], {"text": "The office moved to York.", "supersedes": fact["id"]}
+    )
+    seen = await client.get(f"/api/v1/memories/{fact['id']}", headers=auth(keys["bob"]))
+    assert (await seen.json())["supersededBy"] == public["id"]
+    replacement = await client.get(f"/api/v1/memories/{public['id']}", headers=auth(keys["bob"]))
+    assert replacement.status == 200
+
+
 # --- counts -------------------------------------------------------------------------------------
 
 

@@ -74,6 +74,8 @@ async def replayable(conn: Conn, principal: Principal, stored: Stored) -> bool:
     """Whether the caller may still read every memory the stored answer holds (SPEC §9: a
     replay is an exit like any other; a memory purged or moved out of reach since is not
     handed out again)."""
+    if not stored.memory_ids:  # a record from before 0018: nothing to check it against
+        return True
     readable = await READABLE.fetchval(
         conn, ids=stored.memory_ids, **memories.readable_by(principal)
     )

@@ -202,6 +202,7 @@ WHERE workspace_id = :workspace AND store_id = :store
   AND path IS NOT NULL AND status <> 'deleted'
   AND mneme_readable(scope, :is_service, :member, :rooms)
   AND path >= :prefix {{upper}}
+  -- the plain bound is the index range; the pair leaves out the anchor and what precedes it
   AND path {{op}}= :cursor AND (path, id) {{op}} (:cursor, :cursor_id)
 ORDER BY path {{direction}}  -- a live path is unique: no id needed to order the page
 LIMIT :limit

@@ -34,7 +34,7 @@ MAX_BATCH = 500
 DEFAULT_STORE = "default"
 DEFAULT_PROVIDER = "mneme"
 DEFAULT_SCOPE = "workspace"
-# Text, path, metadata and status changes are what the audit trail records.
+# Text, path, metadata, status and scope changes are what the audit trail records.
 VERSIONED = ("text", "path", "metadata", "status", "scope")
 
 

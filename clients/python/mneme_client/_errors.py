@@ -23,10 +23,14 @@ class MnemeError(Exception):
         self.type = type
         self.request_id = request_id
 
+    @property
+    def label(self) -> str:
+        """``404 not_found_error``, ``connection_error``: what is known of the failure."""
+        return " ".join(str(p) for p in (self.status, self.type) if p is not None)
+
     def __str__(self) -> str:
-        head = " ".join(str(p) for p in (self.status, self.type) if p is not None)
         tail = f" (request {self.request_id})" if self.request_id else ""
-        return f"{head}: {self.message}{tail}" if head else self.message + tail
+        return f"{self.label}: {self.message}{tail}" if self.label else self.message + tail
 
 
 class InvalidRequestError(MnemeError):

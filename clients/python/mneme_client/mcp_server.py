@@ -32,6 +32,7 @@ from mneme_client import _memories
 from mneme_client._async import AsyncMneme
 from mneme_client._call import Call, Page
 from mneme_client._errors import ConflictError, MnemeError
+from mneme_client._fields import BrowseFilters
 from mneme_client._types import Hit, Memory, StoreMemory
 
 T = TypeVar("T")
@@ -106,8 +107,7 @@ Path = Annotated[str, Field(description="The file's path in the store, e.g. note
 def _tool_error(exc: MnemeError, hint: str = "") -> ToolError:
     """The API's refusal as a tool error: its status, type and message (and a hint); no
     answer at all: ``connection_error`` and what went wrong."""
-    head = " ".join(str(part) for part in (exc.status, exc.type) if part is not None)
-    return ToolError(f"{head or 'error'}: {exc.message}{hint}")
+    return ToolError(f"{exc.label or 'error'}: {exc.message}{hint}")
 
 
 async def _call(action: Awaitable[T]) -> T:
@@ -203,7 +203,7 @@ async def browse(
     limit: Annotated[int, Field(ge=1, le=200)] = 20,
 ) -> list[dict[str, Any]]:
     bound = caller()
-    filters: dict[str, Any] = {"store": store or bound.store}
+    filters: BrowseFilters = {"store": store or bound.store}
     if search:
         filters["search"] = search
     if fact_type:
@@ -211,7 +211,7 @@ async def browse(
     # Each browse window holds the next memories by creation, its survivors sorted by
     # last use: take each window's newest first, window by window (BROWSE_WINDOWS at most,
     # each a request that counts towards the workspace's rate limit).
-    page: Call[Page[Memory]] | None = _memories.browse(min(limit, 100), filters)  # type: ignore[arg-type]
+    page: Call[Page[Memory]] | None = _memories.browse(min(limit, 100), filters)
     found: list[Memory] = []
     for _ in range(BROWSE_WINDOWS):
         if page is None or len(found) >= limit:
@@ -301,12 +301,9 @@ def main() -> None:
     """The ``mneme-mcp`` console script: the server on stdin/stdout."""
     # stdout is the protocol; httpx's line per request would only crowd the client's log.
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    if not os.environ.get("MNEME_API_KEY"):
+    if not os.environ.get("MNEME_API_KEY"):  # a line for the person, not a traceback
         sys.exit("mneme-mcp: set MNEME_API_KEY to a Mneme API key (`mneme keys create`)")
-    try:
-        client = AsyncMneme(os.environ.get("MNEME_API_KEY"), os.environ.get("MNEME_URL"))
-    except MnemeError as exc:  # a line for the person, not a traceback
-        sys.exit(f"mneme-mcp: {exc.message}")
+    client = AsyncMneme(os.environ.get("MNEME_API_KEY"), os.environ.get("MNEME_URL"))
     CALLER.set(Caller(client, os.environ.get("MNEME_STORE") or "default"))
     build_server().run("stdio")
 
