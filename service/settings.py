@@ -93,8 +93,10 @@ def _pooler(name: str, raw: str) -> str:
 
 
 def _bootstrap_key(name: str, raw: str) -> str:
-    if len(raw) < 16:
-        raise SettingsError(f"{name} must be at least 16 characters long")
+    """Any key a header can carry as sent: visible ASCII, no spaces. A short one is
+    registered too (the bootstrap warns about it): the operator chose it."""
+    if not raw or not all("!" <= c <= "~" for c in raw):
+        raise SettingsError(f"{name} must be visible ASCII characters without spaces")
     return raw
 
 

@@ -116,6 +116,13 @@ async def test_tier_filter_takes_comma_separated_values(client: Client) -> None:
     assert texts(await browse(client, "tier=core")) == ["c"]
     assert sorted(texts(await browse(client, "tier=core, hindsight"))) == ["c", "h"]
     assert sorted(texts(await browse(client, "tier=core,,"))) == ["c"]
+    # A repeated list parameter adds its items, as clients that send arrays write them.
+    assert sorted(texts(await browse(client, "tier=core&tier=hindsight"))) == ["c", "h"]
+    assert texts(await browse(client, "factType=world&factType=&tier=hindsight")) == []
+    refused = await client.get("/api/v1/memories?tier=core&tier=gold", headers=ADMIN)
+    assert (await refused.json())["error"]["valid"] == ["core", "hindsight"]
+    twice = await client.get("/api/v1/memories?search=c&search=h", headers=ADMIN)
+    assert (await twice.json())["error"]["param"] == "search"  # one value, please
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
+import logging
 import os
 import re
 import shlex
@@ -12,6 +13,7 @@ import sys
 from collections.abc import Awaitable, Callable
 
 import asyncpg
+import pytest
 
 from service.ops.bootstrap import bootstrap
 from service.queries import keys
@@ -81,6 +83,16 @@ async def test_bootstrap_key_is_registered_instead_of_a_printed_one(
     await make_client(settings.with_overrides(bootstrap_key="my-compose-file-key-123"))
     rows = await conn.fetch("SELECT secret_sha256 FROM api_keys WHERE name = 'bootstrap'")
     assert [bytes(r["secret_sha256"]) for r in rows] == [keys.digest("my-compose-file-key-123")]
+
+
+async def test_a_short_bootstrap_key_is_registered_with_a_warning(
+    make_client: MakeClient, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The operator's choice stands (a test harness's "testkey"); the log says it is weak.
+    with caplog.at_level(logging.WARNING, logger="mneme.bootstrap"):
+        client = await make_client(settings.with_overrides(bootstrap_key="testkey"))
+    assert (await client.get("/api/v1/keys", headers=auth("testkey"))).status == 200
+    assert any("shorter than 16" in r.getMessage() for r in caplog.records)
 
 
 async def test_keys_create_prints_only_a_working_key(client: Client, db_url: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any
+from urllib.parse import quote
 
 import asyncpg
 import pytest
@@ -586,6 +587,13 @@ async def test_usage_reports_billed_units_per_day_and_endpoint(
     assert (await old.json())["data"] == []
     bad = await client.get("/api/v1/usage?from=yesterday", headers=ADMIN)
     assert bad.status == 400
+    # A timestamp names its UTC day: today's row, seen from just before midnight UTC.
+    today = row["day"]
+    late = quote(f"{today}T23:30:00-01:00")  # already tomorrow in UTC
+    near = await client.get(f"/api/v1/usage?from={today}T00:00:00Z&to={late}", headers=ADMIN)
+    assert [r["day"] for r in (await near.json())["data"]] == [today]
+    after = await client.get(f"/api/v1/usage?from={late}", headers=ADMIN)
+    assert (after.status, (await after.json())["data"]) == (200, [])
 
 
 # --- work started while the key is checked ----------------------------------------------

@@ -53,10 +53,9 @@ def _param(request: web.Request, name: str) -> str | None:
 
 
 def _list(request: web.Request, name: str) -> list[str] | None:
-    """Comma-separated, items trimmed, empty items ignored; absent if nothing is left."""
-    raw = _param(request, name)
-    if raw is None:
-        return None
+    """Comma-separated, items trimmed, empty items ignored; absent if nothing is left. A
+    repeated parameter adds its items (``inputs.LISTS``)."""
+    raw = ",".join(request.query.getall(name, []))
     items = [item.strip(" \t") for item in raw.split(",") if item.strip(" \t")]
     return items or None
 

@@ -38,6 +38,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # Tokens the service made and reads back itself: whatever is not one of them is ignored
 # (SPEC §3.2: a malformed browse cursor scans from the top), NUL included.
 OPAQUE = frozenset({"cursor"})
+# The browse face's comma-separated lists: a repeat (tier=core&tier=hindsight) adds items.
+LISTS = frozenset({"tier", "factType", "notFactType", "status"})
 
 
 def string_problem(value: str) -> str | None:
@@ -59,8 +61,8 @@ def check_request_strings(request: web.Request) -> None:
     for name, value in request.query.items():
         if (problem := string_problem(name)) is not None:
             raise bad_request(f"A query parameter name {problem}")
-        if len(request.query.getall(name)) > 1:
-            # Lists are one comma-separated value; a repeat would be silently half-read.
+        if name not in LISTS and len(request.query.getall(name)) > 1:
+            # Any other repeat would be silently half-read.
             raise bad_request(f"Query parameter {name} is given more than once", param=name)
         if name in OPAQUE:
             continue

@@ -22,23 +22,30 @@ TIMESTAMP = re.compile(
 
 
 def _day(query: Mapping[str, str], name: str, default: date) -> date:
+    """A UTC day: a date, or the UTC date of a timestamp (``parse_time``'s forms)."""
     raw = query.get(name)
     if not raw:
         return default
+    if not DAY.fullmatch(raw):  # date.fromisoformat also takes 20260814, 2026-W33-5
+        if TIMESTAMP.fullmatch(raw.strip()):
+            return parse_time(raw, name).date()
+        raise _not_a_day(name, raw)
     try:
-        if not DAY.fullmatch(raw):  # date.fromisoformat also takes 20260814, 2026-W33-5
-            raise ValueError(raw)
         return date.fromisoformat(raw)
     except ValueError:
-        raise bad_request(
-            f"{name} must be a date like 2026-08-14, got {raw!r}", param=name
-        ) from None
+        raise _not_a_day(name, raw) from None
+
+
+def _not_a_day(name: str, raw: str) -> Exception:
+    return bad_request(
+        f"{name} must be a date like 2026-08-14 (or a timestamp), got {raw!r}", param=name
+    )
 
 
 def day_range(query: Mapping[str, str]) -> tuple[date, date]:
-    """``(from, to)``, both included. Defaults: ``to`` is today (UTC), ``from`` 30 days
-    before ``to``; only a range given backwards is refused (``from`` alone, in the future:
-    an empty range)."""
+    """``(from, to)``, both included; a timestamp names its UTC day. Defaults: ``to`` is
+    today (UTC), ``from`` 30 days before ``to``; only a range given backwards is refused
+    (``from`` alone, in the future: an empty range)."""
     end = _day(query, "to", datetime.now(UTC).date())
     start = _day(query, "from", end - timedelta(days=30) if end.toordinal() > 30 else date.min)
     if start > end:

@@ -21,6 +21,7 @@ log = logging.getLogger("mneme.bootstrap")
 
 DEFAULT_WORKSPACE = "default"
 ALL_SCOPES = list(keys.SCOPES)
+SHORT_KEY = 16  # characters: below this, a guessable bootstrap key is worth a warning
 
 
 async def bootstrap(
@@ -42,6 +43,12 @@ async def bootstrap(
                 secret=bootstrap_key,
             )
             log.info("registered MNEME_BOOTSTRAP_KEY as the default workspace's service key")
+        if len(bootstrap_key) < SHORT_KEY:
+            log.warning(
+                "MNEME_BOOTSTRAP_KEY is shorter than %d characters: an admin key that can "
+                "be guessed; use a long random one (openssl rand -hex 24)",
+                SHORT_KEY,
+            )
         elif owner != workspace.id:
             log.warning("MNEME_BOOTSTRAP_KEY is registered in another workspace; left as it is")
     elif created is not None:
