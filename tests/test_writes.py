@@ -102,6 +102,7 @@ async def test_exact_duplicate_bumps_proof_count_instead_of_adding_a_row(
         {"text": "Dave prefers squash merges.", "speaker": "me"},
         {"text": "Dave prefers squash merges.", "path": "notes/dave.md"},
         {"text": "Dave prefers squash merges.", "providerRef": "x-1"},
+        {"text": "Dave prefers squash merges.", "image": image(PNG)},  # a caption
     ],
 )
 async def test_near_duplicates_are_new_rows(client: Client, variant: dict[str, Any]) -> None:
@@ -109,6 +110,40 @@ async def test_near_duplicates_are_new_rows(client: Client, variant: dict[str, A
     status, other = await post(client, variant)
     assert status == 201
     assert other["id"] != first["id"] and other["deduplicated"] is False
+
+
+async def test_an_image_duplicates_only_the_same_picture(
+    client: Client, conn: asyncpg.Connection
+) -> None:
+    # Same caption, other bytes: a second picture, never folded into the first (it was,
+    # and its bytes were lost), on every write path: one memory, a batch, item by item.
+    other = PNG + b"\x01"
+    _, text = await post(client, {"text": "Whiteboard"})
+    status, first = await post(client, {"text": "Whiteboard", "image": image(PNG)})
+    assert status == 201 and first["id"] != text["id"]
+    status, second = await post(client, {"text": "Whiteboard", "image": image(other)})
+    assert status == 201 and second["id"] != first["id"]
+    status, again = await post(client, {"text": "Whiteboard", "image": image(PNG)})
+    assert (status, again["id"], again["proofCount"]) == (200, first["id"], 2)
+
+    third = PNG + b"\x02"
+    status, batch = await post(
+        client, {"memories": [{"text": "Whiteboard", "image": image(third)}]}
+    )
+    [made] = batch["memories"]
+    assert status == 200 and made["deduplicated"] is False
+    status, batch = await post(client, {"memories": [  # one identity twice: item by item
+        {"text": "Diagram", "image": image(PNG)}, {"text": "Diagram", "image": image(other)},
+        {"text": "Diagram", "image": image(PNG)},
+    ]})  # fmt: skip
+    a, b, c = batch["memories"]
+    assert status == 200 and len({a["id"], b["id"]}) == 2 and c["id"] == a["id"]
+    assert c["deduplicated"] is True
+    stored = await conn.fetch("SELECT id, media FROM memories WHERE kind = 'image' ORDER BY id")
+    assert [bytes(r["media"]) for r in stored] == [PNG, other, third, PNG, other]
+    for r in stored:
+        resp = await client.get(f"/api/v1/memories/{r['id']}/media", headers=ADMIN)
+        assert await resp.read() == bytes(r["media"])
 
 
 async def test_duplicates_of_archived_memories_are_new_rows(client: Client) -> None:

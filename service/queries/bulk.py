@@ -17,7 +17,13 @@ import asyncpg
 
 from service.ids import new_id
 from service.queries.keys import Principal
-from service.queries.memories import COLUMN_TYPES, MEMORY_COLUMNS, WRITABLE, Memory
+from service.queries.memories import (
+    COLUMN_TYPES,
+    MEMORY_COLUMNS,
+    WRITABLE,
+    Memory,
+    duplicate_rule,
+)
 from service.queries.named import NamedSQL
 
 # Each writable column's type in an ``unnest`` array. entity_refs (text[]) and metadata
@@ -86,17 +92,15 @@ async def insert(
     return [by_id[i] for i in ids]
 
 
-# The active memory each item would duplicate (same store, text, scope and speaker; no
-# path), the lowest id when several do; locked, as the single write's SELECT_DUPLICATE.
+# The active memory each item would duplicate (memories.duplicate_rule), the lowest id
+# when several do; locked, as the single write's SELECT_DUPLICATE.
 DUPLICATES = NamedSQL(f"""
 SELECT v.ord, d.* FROM unnest(:ords::int[], :stores::text[], :sha256s::text[], :scopes::text[],
-                              :speakers::text[], :texts::text[])
-         AS v(ord, store_id, sha256, scope, speaker, text)
+                              :speakers::text[], :texts::text[], :medias::bytea[])
+         AS v(ord, store_id, sha256, scope, speaker, text, media)
 CROSS JOIN LATERAL (
     SELECT {MEMORY_COLUMNS} FROM memories m
-    WHERE m.workspace_id = :workspace AND m.store_id = v.store_id
-      AND m.content_sha256 = v.sha256 AND m.status = 'active' AND m.path IS NULL
-      AND m.scope = v.scope AND m.speaker IS NOT DISTINCT FROM v.speaker AND m.text = v.text
+    WHERE {duplicate_rule("v.store_id", "v.sha256", "v.scope", "v.speaker", "v.text", "v.media")}
     ORDER BY m.id
     LIMIT 1
     FOR UPDATE
@@ -112,6 +116,7 @@ class Dedupe:
     scope: str
     speaker: str | None
     text: str
+    media: bytes | None
 
 
 async def duplicates(
@@ -124,6 +129,7 @@ async def duplicates(
         "ords": [w.ord for w in wanted], "stores": [w.store_id for w in wanted],
         "sha256s": [w.sha256 for w in wanted], "scopes": [w.scope for w in wanted],
         "speakers": [w.speaker for w in wanted], "texts": [w.text for w in wanted],
+        "medias": [w.media for w in wanted],
     }  # fmt: skip
     found = await DUPLICATES.fetch(conn, **values)
     return {row["ord"]: _memory_of(row) for row in found}

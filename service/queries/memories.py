@@ -307,11 +307,21 @@ async def by_provider_ref(
     return Holder(Memory(**values) if readable else None)
 
 
+def duplicate_rule(store: str, sha256: str, scope: str, speaker: str, text: str, media: str) -> str:
+    """The exact-duplicate rule (SPEC §3.1, §8) over ``m``, given each value's SQL: an
+    active memory without a path, of the same store, scope, speaker and text, and the same
+    media (an image's bytes; none for a text), so that a picture is never folded into
+    another picture, or into a text, that shares its caption. Every write path (single,
+    batch, item by item) looks for a duplicate with this clause."""
+    return f"""m.workspace_id = :workspace AND m.store_id = {store}
+  AND m.content_sha256 = {sha256} AND m.status = 'active' AND m.path IS NULL
+  AND m.scope = {scope} AND m.speaker IS NOT DISTINCT FROM {speaker} AND m.text = {text}
+  AND m.media IS NOT DISTINCT FROM {media}"""
+
+
 SELECT_DUPLICATE = NamedSQL(f"""
 SELECT {MEMORY_COLUMNS} FROM memories m
-WHERE m.workspace_id = :workspace AND m.store_id = :store AND m.content_sha256 = :sha256
-  AND m.status = 'active' AND m.path IS NULL
-  AND m.scope = :scope AND m.speaker IS NOT DISTINCT FROM :speaker AND m.text = :text
+WHERE {duplicate_rule(":store", ":sha256", ":scope", ":speaker", ":text", ":media::bytea")}
 ORDER BY m.id
 LIMIT 1
 FOR UPDATE
@@ -326,10 +336,11 @@ async def find_duplicate(
     scope: str,
     speaker: str | None,
     text: str,
+    media: bytes | None,
 ) -> Memory | None:
     row = await SELECT_DUPLICATE.fetchrow(
         conn, workspace=workspace_id, store=store_id, sha256=sha256, scope=scope,
-        speaker=speaker, text=text,
+        speaker=speaker, text=text, media=media,
     )  # fmt: skip
     return None if row is None else _memory(row)
 

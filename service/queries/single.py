@@ -21,6 +21,7 @@ from service.queries.memories import (
     MEMORY_COLUMNS,
     WRITABLE,
     Memory,
+    duplicate_rule,
     store_named,
 )
 from service.queries.named import NamedSQL
@@ -97,15 +98,21 @@ CROSS JOIN LATERAL (
 @functools.cache
 def plain_statement(columns: tuple[str, ...]) -> NamedSQL:
     """A memory without sync identity, under the lock on its text: one more proof for the
-    active memory it duplicates (same store, text, scope and speaker, no path; the lowest
-    id), as ``memories.SELECT_DUPLICATE``, or inserted."""
+    active memory it duplicates (``memories.duplicate_rule``; the lowest id), as
+    ``memories.SELECT_DUPLICATE``, or inserted."""
     return NamedSQL(f"""
 WITH duplicate AS (
     SELECT m.id FROM memories m
-    WHERE m.workspace_id = :workspace AND m.store_id = :store_id
-      AND m.content_sha256 = :content_sha256 AND m.status = 'active' AND m.path IS NULL
-      AND m.scope = :same_scope AND m.speaker IS NOT DISTINCT FROM :same_speaker::text
-      AND m.text = :text
+    WHERE {
+        duplicate_rule(
+            ":store_id",
+            ":content_sha256",
+            ":same_scope",
+            ":same_speaker::text",
+            ":text",
+            ":media::bytea",
+        )
+    }
     ORDER BY m.id
     LIMIT 1
     FOR UPDATE
@@ -206,6 +213,7 @@ async def create_plain(
         **_values(workspace_id, actor, "", columns), "id": memory_id, "store_id": store_id,
         "same_scope": scope,
         "same_speaker": columns.get("speaker"),
+        "media": columns.get("media"),
     }  # fmt: skip
     del values["store"]
     row = await statement.fetchrow(conn, **values)

@@ -100,7 +100,7 @@ async def write_many(
     found = await bulk.duplicates(conn, ctx.workspace_id, [
         bulk.Dedupe(c.index, _store(c).id, c.columns["content_sha256"],
                     c.scope, c.columns.get("speaker"),
-                    c.columns["text"])
+                    c.columns["text"], c.columns.get("media"))
         for c in plain
     ])  # fmt: skip
     bumped = await bulk.bump_proofs(conn, ctx.workspace_id, [m.id for m in found.values()])

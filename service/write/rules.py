@@ -470,7 +470,7 @@ async def _write_plain(
     columns = new.columns
     duplicate = await memories.find_duplicate(
         conn, ctx.workspace_id, store.id, columns["content_sha256"], new.scope,
-        columns.get("speaker"), columns["text"],
+        columns.get("speaker"), columns["text"], columns.get("media"),
     )  # fmt: skip
     if duplicate is None:
         return await _create(conn, ctx, store, columns)
