@@ -472,7 +472,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             cmd_serve(settings, args)
         else:
             asyncio.run(ASYNC_COMMANDS[args.command](settings, args))
-    except (CliError, SettingsError, migrations.MigrationError, db.NoEmbeddedData) as exc:
+    except (
+        CliError, SettingsError, migrations.MigrationError, db.NoEmbeddedData,
+        db.DatabaseUnreachable,
+    ) as exc:  # fmt: skip
         print(f"mneme: error: {exc}", file=sys.stderr)
         return 1
     return 0

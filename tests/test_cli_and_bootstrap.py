@@ -23,10 +23,10 @@ from tests.helpers import Client, auth
 MakeClient = Callable[[Settings], Awaitable[Client]]
 
 
-def mneme(db_url: str, command: str) -> subprocess.CompletedProcess[str]:
+def mneme(db_url: str, command: str, **extra: str) -> subprocess.CompletedProcess[str]:
     """Run ``mneme <command>`` against ``db_url`` in a subprocess."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MNEME_")}
-    env["MNEME_DATABASE_URL"] = db_url
+    env.update(MNEME_DATABASE_URL=db_url, **extra)
     return subprocess.run(
         [sys.executable, "-m", "service.cli", *shlex.split(command)],
         env=env,
@@ -35,6 +35,22 @@ def mneme(db_url: str, command: str) -> subprocess.CompletedProcess[str]:
         timeout=60,
         check=False,
     )
+
+
+@pytest.mark.parametrize("command", ["keys list", "migrate", "serve"])
+async def test_a_database_out_of_reach_is_one_line_without_the_password(
+    db_url: str, command: str
+) -> None:
+    wrong = [  # nothing listens on port 1; a real server with a wrong password
+        "postgresql://mneme:hunter2-secret@127.0.0.1:1/mneme",
+        re.sub(r"//[^@/]*@", "//nobody:hunter2-secret@", db_url),
+    ]
+    for url in wrong:
+        result = mneme(url, command, MNEME_DATABASE_WAIT="0")
+        assert result.returncode == 1, result.stderr
+        [line] = [x for x in result.stderr.splitlines() if x.startswith("mneme: error:")]
+        assert "cannot connect to the database" in line
+        assert "Traceback" not in result.stderr and "hunter2" not in result.stderr
 
 
 async def test_first_run_creates_default_workspace_and_announces_one_key(empty_db_url: str) -> None:
@@ -69,6 +85,33 @@ async def test_concurrent_first_starts_create_one_workspace(empty_db_url: str) -
         await asyncio.gather(*(bootstrap(c, None, shown.append) for c in conns))
         assert len(shown) == 1
         assert await conns[0].fetchval("SELECT count(*) FROM workspaces") == 1
+    finally:
+        for c in conns:
+            await c.close()
+
+
+async def test_replicas_starting_together_register_one_bootstrap_key(
+    empty_db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # compose's api replicas: the same MNEME_BOOTSTRAP_KEY, one database, one moment. The
+    # check and the insert were two statements, so a loser died on the unique index.
+    from service.ops import migrations
+
+    conns = [await asyncpg.connect(empty_db_url) for _ in range(4)]
+    try:
+        await migrations.migrate(conns[0])
+        secret = "replicas-share-this-key-0123"
+        with caplog.at_level(logging.INFO, logger="mneme.bootstrap"):
+            for _ in range(3):  # each round: four starts racing on a fresh key
+                secret += "x"
+                await asyncio.gather(*(bootstrap(c, secret, print) for c in conns))
+        rows = await conns[0].fetch("SELECT workspace_id FROM api_keys")
+        assert len(rows) == 3 and len({r["workspace_id"] for r in rows}) == 1
+        said = [r.getMessage() for r in caplog.records]
+        assert (
+            said.count("registered MNEME_BOOTSTRAP_KEY as the default workspace's service key") == 3
+        )
+        assert not [m for m in said if "another workspace" in m or "shorter" in m], said
     finally:
         for c in conns:
             await c.close()

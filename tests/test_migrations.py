@@ -224,11 +224,12 @@ async def test_start_up_waits_for_a_database_not_up_yet_then_says_why() -> None:
     url = f"postgresql://mneme@127.0.0.1:{port}/mneme"
     loop = asyncio.get_running_loop()
     started = loop.time()
-    with pytest.raises(OSError):
+    with pytest.raises(db.DatabaseUnreachable) as refused:
         await db.first_connect(url, wait_s=1.5)
     assert 1.0 <= loop.time() - started < 5.0
+    assert isinstance(refused.value.__cause__, OSError)
     started = loop.time()
-    with pytest.raises(OSError):
+    with pytest.raises(db.DatabaseUnreachable):
         await db.first_connect(url, wait_s=0.0)
     assert loop.time() - started < 1.0
 

@@ -31,26 +31,7 @@ async def bootstrap(
     workspace = created or await tenancy.workspace_by_name(conn, DEFAULT_WORKSPACE)
     assert workspace is not None
     if bootstrap_key is not None:
-        owner = await keys.key_workspace(conn, bootstrap_key)
-        if owner is None:
-            await keys.create_key(
-                conn,
-                workspace.id,
-                kind="service",
-                member=None,
-                scopes=ALL_SCOPES,
-                name="bootstrap",
-                secret=bootstrap_key,
-            )
-            log.info("registered MNEME_BOOTSTRAP_KEY as the default workspace's service key")
-        if len(bootstrap_key) < SHORT_KEY:
-            log.warning(
-                "MNEME_BOOTSTRAP_KEY is shorter than %d characters: an admin key that can "
-                "be guessed; use a long random one (openssl rand -hex 24)",
-                SHORT_KEY,
-            )
-        elif owner != workspace.id:
-            log.warning("MNEME_BOOTSTRAP_KEY is registered in another workspace; left as it is")
+        await _register(conn, workspace.id, bootstrap_key)
     elif created is not None:
         _, secret = await keys.create_key(
             conn,
@@ -61,6 +42,28 @@ async def bootstrap(
             name="first-run",
         )
         announce(secret)
+
+
+async def _register(conn: asyncpg.Connection, workspace_id: str, secret: str) -> None:
+    """``MNEME_BOOTSTRAP_KEY`` as the workspace's service key, unless it is registered:
+    by an earlier start, or by a replica starting beside this one (the unique index on
+    the key's hash decides, and the loser reads who won)."""
+    owner = await keys.key_workspace(conn, secret)
+    if owner is None:
+        try:
+            await keys.create_key(conn, workspace_id, kind="service", member=None,
+                                  scopes=ALL_SCOPES, name="bootstrap", secret=secret)  # fmt: skip
+        except asyncpg.UniqueViolationError:
+            owner = await keys.key_workspace(conn, secret)
+        else:
+            log.info("registered MNEME_BOOTSTRAP_KEY as the default workspace's service key")
+    if owner is not None and owner != workspace_id:
+        log.warning("MNEME_BOOTSTRAP_KEY is registered in another workspace; left as it is")
+    if len(secret) < SHORT_KEY:
+        log.warning(
+            "MNEME_BOOTSTRAP_KEY is shorter than %d characters: an admin key that can be "
+            "guessed; use a long random one (openssl rand -hex 24)", SHORT_KEY,
+        )  # fmt: skip
 
 
 def first_key_box(secret: str) -> str:

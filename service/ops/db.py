@@ -190,11 +190,16 @@ async def persist_settings(conn: asyncpg.Connection) -> None:
 NOT_UP_YET = (OSError, asyncpg.CannotConnectNowError)
 
 
+class DatabaseUnreachable(Exception):
+    """A process could not connect to its database at start (said in one line by the
+    CLI, without the URL, which may hold a password)."""
+
+
 async def first_connect(url: str, wait_s: float, **kwargs: Any) -> asyncpg.Connection:
     """A connection to ``url``, tried again for up to ``wait_s`` seconds while the server
     is not up yet, so that a process started together with its database (compose) waits
     for it instead of exiting. Anything else (a bad password, no such database) fails at
-    once."""
+    once. Either failure is a ``DatabaseUnreachable``."""
     loop = asyncio.get_running_loop()
     deadline, delay = loop.time() + wait_s, 0.25
     while True:
@@ -203,10 +208,12 @@ async def first_connect(url: str, wait_s: float, **kwargs: Any) -> asyncpg.Conne
                 url, timeout=CONNECT_TIMEOUT_S, **kwargs
             )
             return conn
-        except NOT_UP_YET as exc:
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, *NOT_UP_YET) as exc:
             remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise
+            if not isinstance(exc, NOT_UP_YET) or remaining <= 0:
+                raise DatabaseUnreachable(
+                    f"cannot connect to the database: {exc or type(exc).__name__}"
+                ) from exc
             pause = min(delay, remaining)
             log.warning(
                 "the database does not accept connections yet; trying again",
