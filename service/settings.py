@@ -58,9 +58,21 @@ def parse_rate_limits(raw: str) -> dict[str, int]:
     return limits
 
 
+DEFAULT_PORTS = {"http": ":80", "https": ":443"}
+
+
+def normal_origin(origin: str) -> str:
+    """An origin as a browser sends it: scheme and host in lower case, no default port
+    (``HTTPS://App.example.com:443`` is ``https://app.example.com``)."""
+    scheme, sep, host = origin.strip().rstrip("/").partition("://")
+    scheme, host = scheme.lower(), host.lower()
+    host = host.removesuffix(DEFAULT_PORTS.get(scheme, "\0"))
+    return f"{scheme}{sep}{host}"
+
+
 def parse_origins(raw: str) -> tuple[str, ...]:
     """``scheme://host[:port]`` origins, comma-separated, as browsers send them."""
-    origins = tuple(part.strip().rstrip("/") for part in raw.split(",") if part.strip())
+    origins = tuple(normal_origin(part) for part in raw.split(",") if part.strip())
     for origin in origins:
         scheme, sep, host = origin.partition("://")
         if scheme not in ("http", "https") or not sep or not host or "/" in host:

@@ -31,8 +31,15 @@ async def test_the_tools_an_agent_sees(client: HttpClient, transport: str) -> No
             assert tool.input_schema["type"] == "object"
         schema = {t.name: t.input_schema for t in listed}
         assert schema["remember"]["required"] == ["text"]
-        assert set(schema["remember"]["properties"]) == {"text", "store", "speaker", "fact_type"}
-        assert set(schema["recall"]["properties"]) == {"query", "store", "max_results", "verify"}
+        assert set(schema["remember"]["properties"]) == {
+            "text", "store", "speaker", "fact_type", "scope", "importance", "event_date",
+            "supersedes",
+        }  # fmt: skip
+        assert set(schema["recall"]["properties"]) == {
+            "query", "store", "max_results", "verify", "speaker", "filters",
+        }  # fmt: skip
+        importance = json.dumps(schema["remember"]["properties"]["importance"])
+        assert '"minimum": 0' in importance and '"maximum": 1' in importance
         max_results = json.dumps(schema["recall"]["properties"]["max_results"])
         assert '"minimum": 5' in max_results and '"maximum": 20' in max_results
         assert set(schema["browse"]["properties"]) == {"store", "search", "fact_type", "limit"}

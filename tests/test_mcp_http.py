@@ -19,7 +19,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from service.settings import Settings
+from service.settings import Settings, parse_origins
 from tests.helpers import (
     ADMIN,
     BOOTSTRAP_KEY,
@@ -126,6 +126,34 @@ async def test_two_keys_recall_and_browse_only_what_each_may_read(client: HttpCl
     assert (await resp.json())["status"] == "active"
 
 
+async def test_remember_keeps_a_memory_private_and_recall_narrows(client: HttpClient) -> None:
+    # An agent acting for alice keeps what she said between the two of them: bob's key
+    # cannot recall or browse it; filters and speaker narrow recall as in the API.
+    for member, kind in (("alice", "human"), ("bob", "human"), ("bot", "agent")):
+        await make_member(client, member, kind)
+    both = ["memory:read", "memory:write"]
+    alice = await make_key(client, kind="personal", member="alice", scopes=both)
+    bob = await make_key(client, kind="personal", member="bob", scopes=both)
+    async with connected(client, alice, "http") as agent:
+        old = await call(agent, "remember", text="Alice's badge number is 4411.",
+                         scope="pair:alice:bot")  # fmt: skip
+        new = await call(agent, "remember", text="Alice's badge number is 5120 now.",
+                         scope="pair:alice:bot", importance=0.9, event_date="2026-03-02",
+                         supersedes=old["id"], speaker="me")  # fmt: skip
+        assert new["scope"] == "pair:alice:bot" and new["speaker"] == "me"
+        current = {"scope": "pair:alice:bot", "include_superseded": False}
+        mine = await call(agent, "recall", query="What is Alice's badge number?", filters=current)
+        assert [h["id"] for h in mine] == [new["id"]]
+        said = await call(agent, "recall", query="badge number", speaker="me")
+        assert [h["id"] for h in said] == [new["id"]]
+        assert "400" in await refused(agent, "recall", query="badge", filters={"tier": 7})
+    stored = await (await client.get(f"/api/v1/memories/{new['id']}", headers=ADMIN)).json()
+    assert (stored["importance"], stored["eventDate"][:10]) == (0.9, "2026-03-02")
+    async with connected(client, bob, "http") as agent:
+        assert await call(agent, "recall", query="What is Alice's badge number?") == []
+        assert await call(agent, "browse", search="badge") == []
+
+
 async def test_a_read_only_key_writes_nothing_through_mcp(client: HttpClient) -> None:
     reader = await make_key(client, kind="service", scopes=["memory:read"])
     async with connected(client, reader, "http") as agent:
@@ -165,9 +193,13 @@ async def test_bad_input_is_a_client_error_never_a_500(client: HttpClient) -> No
     assert body["error"]["message"].startswith("MCP: Not Acceptable")
     resp = await post_mcp(client, b"{not json", **ADMIN)
     assert resp.status == 400, await resp.text()
-    assert (await resp.json())["error"]["code"] == -32700  # JSON-RPC's parse error
+    error = (await resp.json())["error"]  # the §3 shape, its object JSON-RPC's too
+    assert (error["type"], error["code"]) == ("invalid_request_error", -32700)  # parse error
+    assert error["message"].startswith("MCP: ")
     resp = await post_mcp(client, {"jsonrpc": "2.0", "id": 2, "method": 7}, **ADMIN)
     assert 400 <= resp.status < 500, await resp.text()
+    body = await resp.json()
+    assert body["type"] == "error" and len(body["error"]["message"]) <= 305
     # A tool called with arguments of the wrong type: a tool error, nothing written.
     async with connected(client, transport="http") as agent:
         result = await agent.call_tool("remember", {"text": ["not", "a", "string"]})
@@ -182,6 +214,25 @@ async def test_bad_input_is_a_client_error_never_a_500(client: HttpClient) -> No
     assert page["data"] == []
 
 
+async def test_tools_reach_the_api_past_a_proxy_in_the_environment(
+    make_client: Callable[[Settings], Awaitable[HttpClient]],
+    settings: Settings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The loopback calls carry the caller's key: never to a proxy named for the process
+    # (nothing listens on port 9, so a call sent there fails).
+    for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    client = await make_client(settings)  # the server's loopback client is made now
+    for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name)  # the test's own MCP client goes straight to the server
+    async with connected(client, transport="http") as agent:
+        memory = await call(agent, "remember", text="No proxy sees this key.")
+        assert [m["id"] for m in await call(agent, "browse")] == [memory["id"]]
+
+
 async def test_get_and_delete_have_no_session_in_stateless_mode(client: HttpClient) -> None:
     for method in ("GET", "DELETE"):
         resp = await client.request(method, "/mcp", headers={**STREAMABLE, **ADMIN})
@@ -193,8 +244,9 @@ async def test_get_and_delete_have_no_session_in_stateless_mode(client: HttpClie
 async def test_a_browser_page_of_another_origin_is_refused(
     make_client: Callable[[Settings], Awaitable[HttpClient]], settings: Settings
 ) -> None:
-    allowed = "https://agent.example.com"
-    client = await make_client(Settings(**{**settings.__dict__, "mcp_allowed_origins": (allowed,)}))
+    allowed = "https://agent.example.com"  # configured as a person may write it:
+    configured = parse_origins("HTTPS://Agent.Example.com:443/")
+    client = await make_client(Settings(**{**settings.__dict__, "mcp_allowed_origins": configured}))
     resp = await post_mcp(client, INITIALIZE, Origin="https://evil.example", **ADMIN)
     assert resp.status == 403
     message = (await resp.json())["error"]["message"]

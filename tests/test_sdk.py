@@ -198,6 +198,26 @@ def test_search_filters_take_datetimes_as_the_typescript_sdk_takes_dates(
     assert client.search_full(search_store, "Alice coffee", 5, filters=future).memories == []
 
 
+def test_a_naive_datetime_is_local_time_as_the_typescript_sdk_sends_a_date(
+    client: Mneme, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # datetime.now() on a machine in New York: the instant it names, not that clock in UTC.
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        m = client.add("written at noon in New York", event_date=datetime(2026, 1, 5, 12, 0))
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert m.raw["eventDate"] == "2026-01-05T17:00:00.000Z"
+
+
+def test_a_string_utf8_cannot_carry_is_the_apis_400(client: Mneme) -> None:
+    with pytest.raises(InvalidRequestError) as refused:  # as the TypeScript SDK gets it
+        client.add("half a pair: \ud800")
+    assert refused.value.status == 400
+
+
 def test_search_self_returns_only_the_agents_own_words(client: Mneme, search_store: str) -> None:
     own = client.search_self(search_store, "What did I promise Alice?")
     assert [h.content for h in own] == ["I promised Alice a report on her coffee order."]

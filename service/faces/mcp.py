@@ -38,6 +38,7 @@ from service.app_keys import SETTINGS
 from service.http.asgi import serve_asgi
 from service.http.errors import ApiError
 from service.http.middleware import presented_key
+from service.settings import normal_origin
 
 PATH = "/mcp"
 # What a browser page of an allowed origin may send and read (the transport's headers).
@@ -77,7 +78,9 @@ async def mcp_door(app: web.Application) -> AsyncIterator[None]:
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
     async with (
-        httpx.AsyncClient(timeout=httpx.Timeout(60.0)) as http,
+        # trust_env=False: the loopback calls carry the caller's key, and must never go
+        # through a proxy that HTTP_PROXY or the like names for the process.
+        httpx.AsyncClient(timeout=httpx.Timeout(60.0), trust_env=False) as http,
         held_open(asgi.router.lifespan_context(asgi)),
     ):
         app[MCP] = McpDoor(asgi, http)
@@ -115,7 +118,7 @@ def check_origin(request: web.Request) -> dict[str, str]:
     origin = request.headers.get("Origin")
     if origin is None:
         return {}
-    if origin not in request.app[SETTINGS].mcp_allowed_origins:
+    if normal_origin(origin) not in request.app[SETTINGS].mcp_allowed_origins:
         raise ApiError(
             403,
             "This Origin may not use /mcp: add it to MNEME_MCP_ALLOWED_ORIGINS to allow a "
@@ -143,25 +146,35 @@ async def handle(request: web.Request) -> web.StreamResponse:
         response = await serve_asgi(door.asgi, request, headers=cors)
     finally:
         CALLER.reset(token)
-    if response.status in (406, 415) or (
-        response.status >= 400 and response.content_type != "application/json"
-    ):
-        # The transport's refusals before any JSON-RPC (a Content-Type or Accept it cannot
-        # serve), as bare text or as a JSON-RPC error without an id: in the service's
-        # error shape instead, same status.
-        raise ApiError(response.status, f"MCP: {refusal_text(response)}")
+    if response.status >= 400:
+        # The transport's refusals (a Content-Type or Accept it cannot serve, a body that
+        # is not JSON-RPC), as bare text or a JSON-RPC error without an id: in the
+        # service's error shape, same status, keeping a JSON-RPC error's code beside its
+        # message, so the error object is JSON-RPC's too. A 5xx says no more than that.
+        message, code = refusal(response)
+        if response.status >= 500:
+            raise ApiError(response.status, "MCP: the request could not be served")
+        error = ApiError(response.status, f"MCP: {message}")
+        if code is not None:
+            error.extra["code"] = code
+        raise error
     return response
 
 
-def refusal_text(response: web.StreamResponse) -> str:
+REFUSAL_CHARS = 300  # a refusal quotes what it could not read: the start of it is enough
+
+
+def refusal(response: web.StreamResponse) -> tuple[str, int | None]:
     """What the transport said when it refused a request: its text, or the message of
-    its JSON-RPC error."""
+    its JSON-RPC error with that error's code."""
     text = (response.text if isinstance(response, web.Response) else None) or ""
     try:
-        message = json.loads(text)["error"]["message"]
-    except (ValueError, KeyError, TypeError):
-        message = text
-    return str(message).strip() or "request refused"
+        error = json.loads(text)["error"]
+        message, code = error["message"], error.get("code")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        message, code = text, None
+    message = str(message).strip()[:REFUSAL_CHARS] or "request refused"
+    return message, code if isinstance(code, int) else None
 
 
 async def no_session(request: web.Request) -> web.Response:

@@ -10,7 +10,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import httpx
 
@@ -64,7 +64,7 @@ class Base(Generic[H]):
         headers = {**self._headers, **(call.headers or {})}
         content = None
         if call.json is not None:
-            content = json.dumps(call.json, ensure_ascii=False).encode()
+            content = _json_bytes(call.json)
             headers["Content-Type"] = "application/json"
         if call.write:
             headers["Idempotency-Key"] = str(uuid.uuid4())
@@ -86,6 +86,15 @@ class Base(Generic[H]):
                 response.status_code, response.content, response.headers.get("request-id")
             )
         return call.parse(response.json() if response.content else None)
+
+
+def _json_bytes(body: Any) -> bytes:
+    """UTF-8 JSON; a string that UTF-8 cannot carry (a lone surrogate) goes as a \\u
+    escape instead, for the API to refuse with a 400 as it refuses any bad input."""
+    try:
+        return json.dumps(body, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return json.dumps(body).encode()
 
 
 def retry_after(value: str | None) -> float | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import date
+from datetime import date, datetime
 from typing import Any, TypedDict
 
 Time = str | date  # ISO 8601 text, or a date/datetime (sent as ISO 8601)
@@ -76,6 +76,11 @@ def camel(name: str) -> str:
 
 
 def _value(value: Any) -> Any:
+    """Dates as ISO 8601; a naive datetime is this machine's local time (as Python's own
+    ``astimezone`` takes it), sent with its offset, so the server does not read it as
+    UTC."""
+    if isinstance(value, datetime) and value.tzinfo is None:
+        value = value.astimezone()
     return value.isoformat() if isinstance(value, date) else value
 
 

@@ -165,13 +165,30 @@ async def remember(
     fact_type: Annotated[
         str | None, Field(description="world, experience, opinion or observation")
     ] = None,
+    scope: Annotated[
+        str | None,
+        Field(
+            description="Who may read it: workspace (the default: every member), "
+            "room:<roomId>, or pair:<humanId>:<agentId> (those two only)"
+        ),
+    ] = None,
+    importance: Annotated[
+        float | None, Field(ge=0, le=1, description="0-1; the default is 0.5")
+    ] = None,
+    event_date: Annotated[
+        str | None, Field(description="When it happened, e.g. 2026-07-14 or 2026-07-14T15:05Z")
+    ] = None,
+    supersedes: Annotated[
+        str | None, Field(description="The id (mem_…) of an older memory this one replaces")
+    ] = None,
 ) -> dict[str, Any]:
     bound = caller()
-    fields: dict[str, Any] = {"store": store or bound.store}
-    if speaker is not None:
-        fields["speaker"] = speaker
-    if fact_type is not None:
-        fields["fact_type"] = fact_type
+    given = {
+        "speaker": speaker, "fact_type": fact_type, "scope": scope, "importance": importance,
+        "event_date": event_date, "supersedes": supersedes,
+    }  # fmt: skip
+    fields: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+    fields["store"] = store or bound.store
     return _memory(await _call(bound.client.add(text, **fields)))
 
 
@@ -184,9 +201,23 @@ async def recall(
     verify: Annotated[
         int | None, Field(ge=0, le=3, description="Extra retrieval passes (slower, deeper)")
     ] = None,
+    speaker: Annotated[
+        str | None, Field(description="Only what this registered speaker said ('me': you)")
+    ] = None,
+    filters: Annotated[
+        dict[str, Any] | None,
+        Field(
+            description='The search API\'s filters, e.g. {"scope": "room:eng", '
+            '"event_after": "2026-01-01", "fact_type": ["world"]}: '
+            "category, tier, fact_type, scope, entity, created_after, "
+            "created_before, event_after, event_before, min_importance, "
+            "include_superseded"
+        ),
+    ] = None,
 ) -> list[dict[str, Any]]:
     bound = caller()
-    options: dict[str, Any] = {} if verify is None else {"verify": verify}
+    given = {"verify": verify, "speaker": speaker, "filters": filters}
+    options: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     hits = await _call(bound.client.search(store or bound.store, query, max_results, **options))
     return [_hit(h) for h in hits]
 
