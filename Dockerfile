@@ -61,7 +61,7 @@ EXPOSE 8080
 VOLUME ["/data"]
 
 HEALTHCHECK --interval=15s --timeout=5s --start-period=60s --retries=3 \
-  CMD ["python", "-c", "import sys, urllib.request; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8080/readyz', timeout=4).status == 200 else 1)"]
+  CMD ["python", "-m", "service.ops.healthcheck"]
 
 STOPSIGNAL SIGTERM
 CMD ["mneme", "serve"]

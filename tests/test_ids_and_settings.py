@@ -166,3 +166,19 @@ def test_what_needs_a_session_bypasses_a_transaction_pooler() -> None:
     assert direct.session_url("postgresql://bouncer/db") == "postgresql://primary/db"
     plain = Settings.from_env({"MNEME_DATABASE_URL": "postgresql://primary/db"})
     assert plain.session_url("postgresql://primary/db") == "postgresql://primary/db"
+
+
+@pytest.mark.parametrize(
+    ("env", "url"),
+    [
+        ({}, "http://127.0.0.1:8080/readyz"),
+        ({"MNEME_HOST": "0.0.0.0", "MNEME_PORT": "9000"}, "http://127.0.0.1:9000/readyz"),  # noqa: S104
+        ({"MNEME_HOST": "::"}, "http://127.0.0.1:8080/readyz"),
+        ({"MNEME_HOST": "::1", "MNEME_PORT": "81"}, "http://[::1]:81/readyz"),
+        ({"MNEME_HOST": "10.1.2.3"}, "http://10.1.2.3:8080/readyz"),
+    ],
+)
+def test_the_image_healthcheck_asks_where_serve_listens(env: dict[str, str], url: str) -> None:
+    from service.ops.healthcheck import readyz_url
+
+    assert readyz_url(env) == url

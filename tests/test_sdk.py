@@ -198,6 +198,23 @@ def test_search_filters_take_datetimes_as_the_typescript_sdk_takes_dates(
     assert client.search_full(search_store, "Alice coffee", 5, filters=future).memories == []
 
 
+def test_speakers_are_registered_listed_and_removed(client: Mneme) -> None:
+    store = client.stores.create(unique("sdk-speakers")).name
+    with pytest.raises(NotFoundError, match="Caroline"):  # unregistered: the API's 404
+        client.add("I went to a support group.", store=store, speaker="Caroline")
+    assert client.speakers.add("Caroline", store) == "Caroline"
+    said = client.add("I went to a support group.", store=store, speaker="Caroline")
+    assert said.speaker == "Caroline"
+    assert client.speakers.list(store) == ["me", "Caroline"]
+    with pytest.raises(ConflictError):
+        client.speakers.add("Caroline", store)
+    with pytest.raises(ConflictError):
+        client.speakers.delete("me", store)
+    client.speakers.delete("Caroline", store)
+    assert client.speakers.list(store) == ["me"]
+    assert client.speakers.list() == ["me"]  # the default store's
+
+
 def test_a_naive_datetime_is_local_time_as_the_typescript_sdk_sends_a_date(
     client: Mneme, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -466,6 +483,11 @@ async def test_async_client_writes_searches_browses_and_lists(
 
     with pytest.raises(NotFoundError):
         await aclient.get("mem_0000000000000000")
+
+    assert await aclient.speakers.add("Dana", store) == "Dana"
+    assert await aclient.speakers.list(store) == ["me", "Dana"]
+    await aclient.speakers.delete("Dana", store)
+    assert await aclient.speakers.list(store) == ["me"]
 
 
 async def test_async_write_retried_after_a_503_is_not_written_twice(server: Server) -> None:

@@ -8,7 +8,7 @@ with Mneme() as client:  # MNEME_API_KEY, MNEME_URL
         print(hit.kind, hit.content)
 """
 
-from mneme_client._async import AsyncMneme, AsyncStores
+from mneme_client._async import AsyncMneme, AsyncSpeakers, AsyncStores
 from mneme_client._client import VERSION as __version__
 from mneme_client._errors import (
     APIError,
@@ -20,12 +20,13 @@ from mneme_client._errors import (
     PermissionDeniedError,
     RateLimitError,
 )
-from mneme_client._sync import Mneme, Stores
+from mneme_client._sync import Mneme, Speakers, Stores
 from mneme_client._types import Hit, Memory, SearchResult, Store, StoreMemory, Version
 
 __all__ = [
     "APIError",
     "AsyncMneme",
+    "AsyncSpeakers",
     "AsyncStores",
     "AuthenticationError",
     "ConflictError",
@@ -38,6 +39,7 @@ __all__ = [
     "PermissionDeniedError",
     "RateLimitError",
     "SearchResult",
+    "Speakers",
     "Store",
     "StoreMemory",
     "Stores",

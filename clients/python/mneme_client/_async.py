@@ -10,7 +10,7 @@ from typing import Any, Self, TypeVar, Unpack
 
 import httpx
 
-from mneme_client import _memories, _search, _stores
+from mneme_client import _memories, _search, _speakers, _stores
 from mneme_client._call import Call, Item, Page, unseen
 from mneme_client._client import Base, reaching
 from mneme_client._fields import BrowseFilters, MemoryFields, MemoryUpdate, SearchOptions
@@ -85,6 +85,22 @@ class AsyncStores:
         return self._t.iterate(_stores.list_memories(store_id, path_prefix, limit))
 
 
+class AsyncSpeakers:
+    """``Speakers``, awaited (``client.speakers``)."""
+
+    def __init__(self, transport: _Transport) -> None:
+        self._t = transport
+
+    async def list(self, store: str = "default") -> list[str]:
+        return await self._t.send(_speakers.list_(store))
+
+    async def add(self, name: str, store: str = "default") -> str:
+        return await self._t.send(_speakers.add(store, name))
+
+    async def delete(self, name: str, store: str = "default") -> None:
+        await self._t.send(_speakers.remove(store, name))
+
+
 class AsyncMneme:
     """``Mneme``, awaited: ``async with AsyncMneme() as client: await client.add(...)``.
     ``http_client``: your own ``httpx.AsyncClient``; ``close()`` leaves it open."""
@@ -102,6 +118,7 @@ class AsyncMneme:
             api_key, base_url, timeout, max_retries, http_client, httpx.AsyncClient
         )
         self.stores = AsyncStores(self._t)
+        self.speakers = AsyncSpeakers(self._t)
 
     async def close(self) -> None:
         if self._t.own:

@@ -9,7 +9,7 @@ from typing import Any, Self, TypeVar, Unpack
 
 import httpx
 
-from mneme_client import _memories, _search, _stores
+from mneme_client import _memories, _search, _speakers, _stores
 from mneme_client._call import Call, Item, Page, unseen
 from mneme_client._client import Base, reaching
 from mneme_client._fields import BrowseFilters, MemoryFields, MemoryUpdate, SearchOptions
@@ -91,6 +91,26 @@ class Stores:
         return self._t.iterate(_stores.list_memories(store_id, path_prefix, limit))
 
 
+class Speakers:
+    """A store's registered speakers (``client.speakers``): a memory's or a search's
+    ``speaker`` must be one of them, or ``me`` (the agent itself, always there)."""
+
+    def __init__(self, transport: _Transport) -> None:
+        self._t = transport
+
+    def list(self, store: str = "default") -> list[str]:
+        """The store's speakers' names, ``me`` among them."""
+        return self._t.send(_speakers.list_(store))
+
+    def add(self, name: str, store: str = "default") -> str:
+        """Register a speaker (``ConflictError`` if registered already)."""
+        return self._t.send(_speakers.add(store, name))
+
+    def delete(self, name: str, store: str = "default") -> None:
+        """Unregister a speaker (``me`` cannot be: ``ConflictError``)."""
+        self._t.send(_speakers.remove(store, name))
+
+
 class Mneme:
     """A blocking client. ``api_key`` and ``base_url`` default to ``MNEME_API_KEY`` and
     ``MNEME_URL`` (else ``http://127.0.0.1:8080``). 429 and 503 answers are retried up to
@@ -108,6 +128,7 @@ class Mneme:
     ) -> None:
         self._t = _Transport(api_key, base_url, timeout, max_retries, http_client, httpx.Client)
         self.stores = Stores(self._t)
+        self.speakers = Speakers(self._t)
 
     def close(self) -> None:
         if self._t.own:

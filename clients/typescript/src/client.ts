@@ -10,6 +10,7 @@ import type {
 } from "./fields.js";
 import type { Hit, Memory, SearchResult, Store, StoreMemory, Version } from "./records.js";
 import * as search from "./search.js";
+import * as speakers from "./speakers.js";
 import * as stores from "./stores.js";
 import { type ClientOptions, Transport } from "./transport.js";
 
@@ -73,15 +74,43 @@ export class Stores {
   }
 }
 
+/** A store's registered speakers (`client.speakers`): a memory's or a search's `speaker`
+ * must be one of them, or `me` (the agent itself, always there). */
+export class Speakers {
+  readonly #t: Transport;
+
+  /** Made by `Mneme`, sharing its transport. */
+  constructor(transport: Transport) {
+    this.#t = transport;
+  }
+
+  /** The store's speakers' names, `me` among them. */
+  list(store = "default"): Promise<string[]> {
+    return this.#t.send(speakers.list(store));
+  }
+
+  /** Register a speaker (`ConflictError` if registered already). */
+  add(name: string, store = "default"): Promise<string> {
+    return this.#t.send(speakers.add(store, name));
+  }
+
+  /** Unregister a speaker (`me` cannot be: `ConflictError`). */
+  delete(name: string, store = "default"): Promise<void> {
+    return this.#t.send(speakers.remove(store, name));
+  }
+}
+
 /** A Mneme client. 429 and 503 answers are retried up to `maxRetries` times, after
  * `Retry-After`; every write carries an Idempotency-Key, the same on each retry. */
 export class Mneme {
   readonly stores: Stores;
+  readonly speakers: Speakers;
   readonly #t: Transport;
 
   constructor(options: ClientOptions = {}) {
     this.#t = new Transport(options);
     this.stores = new Stores(this.#t);
+    this.speakers = new Speakers(this.#t);
   }
 
   /** Write a memory (`store` defaults to `default`). */

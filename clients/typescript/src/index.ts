@@ -9,7 +9,7 @@
  * ```
  */
 
-export { Mneme, type Stores } from "./client.js";
+export { Mneme, type Speakers, type Stores } from "./client.js";
 export {
   APIError,
   AuthenticationError,

@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { type BrowseFilters, NotFoundError } from "mneme-client";
+import { type BrowseFilters, ConflictError, NotFoundError } from "mneme-client";
 
 import { all, client, unique } from "./helpers.js";
 
@@ -95,4 +95,19 @@ test("browse filters: a list of statuses, fact types kept and left out", async (
   assert.deepEqual(await ids({ factType: "world" }), [world!.id]);
   assert.deepEqual(await ids({ notFactType: ["world"] }), [plain!.id]);
   assert.deepEqual(await ids({ tier: "core" }), []);
+});
+
+test("speakers: registered, used by a write, listed, removed", async () => {
+  const store = (await m.stores.create(unique("ts-speakers"))).name;
+  const unknown = await m.add("I went to a support group.", { store, speaker: "Caroline" })
+    .catch((e: unknown) => e);
+  assert.ok(unknown instanceof NotFoundError && unknown.message.includes("Caroline"));
+  assert.equal(await m.speakers.add("Caroline", store), "Caroline");
+  const said = await m.add("I went to a support group.", { store, speaker: "Caroline" });
+  assert.equal(said.speaker, "Caroline");
+  assert.deepEqual(await m.speakers.list(store), ["me", "Caroline"]);
+  assert.ok((await m.speakers.add("Caroline", store).catch((e: unknown) => e)) instanceof ConflictError);
+  assert.ok((await m.speakers.delete("me", store).catch((e: unknown) => e)) instanceof ConflictError);
+  await m.speakers.delete("Caroline", store);
+  assert.deepEqual(await m.speakers.list(store), ["me"]);
 });
