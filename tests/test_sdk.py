@@ -246,6 +246,21 @@ def test_search_self_returns_only_the_agents_own_words(client: Mneme, search_sto
 # --- memory stores ------------------------------------------------------------------------
 
 
+def test_store_and_path_memory_metadata_and_strip_temporal(client: Mneme) -> None:
+    store = client.stores.create(unique("sdk-meta"), metadata={"team": "infra"},
+                                 strip_temporal=True)  # fmt: skip
+    assert store.raw["metadata"] == {"team": "infra"} and store.raw["strip_temporal"] is True
+    note = client.stores.write(store.id, "runbook.md", "Restart the worker.",
+                               metadata={"owner": "dana"})  # fmt: skip
+    assert note.metadata == {"owner": "dana"}
+    moved = client.stores.update(store.id, note.id, metadata={"owner": "eve"})
+    assert (moved.metadata, moved.content) == ({"owner": "eve"}, "Restart the worker.")
+    [listed] = client.stores.list_memories(store.id)
+    assert listed.metadata == {"owner": "eve"}
+    hit = client.search_full(store.id, "restart the worker").memories[0]
+    assert "created_at" not in hit.raw and "time_bucket" not in hit.raw
+
+
 def test_stores_create_list_get_write_read_update_delete(client: Mneme) -> None:
     name = unique("sdk-store")
     store = client.stores.create(name, description="decisions")

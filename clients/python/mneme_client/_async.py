@@ -49,8 +49,15 @@ class AsyncStores:
     def __init__(self, transport: _Transport) -> None:
         self._t = transport
 
-    async def create(self, name: str, description: str | None = None) -> Store:
-        return await self._t.send(_stores.create(name, description))
+    async def create(
+        self,
+        name: str,
+        description: str | None = None,
+        *,
+        metadata: Mapping[str, str] | None = None,
+        strip_temporal: bool | None = None,
+    ) -> Store:
+        return await self._t.send(_stores.create(name, description, metadata, strip_temporal))
 
     async def list(self) -> list[Store]:
         return [s async for s in self._t.iterate(_stores.list_page())]
@@ -61,8 +68,10 @@ class AsyncStores:
     async def delete(self, store_id: str, force: bool = False) -> None:
         await self._t.send(_stores.delete(store_id, force))
 
-    async def write(self, store_id: str, path: str, content: str) -> StoreMemory:
-        return await self._t.send(_stores.write(store_id, path, content))
+    async def write(
+        self, store_id: str, path: str, content: str, *, metadata: Mapping[str, str] | None = None
+    ) -> StoreMemory:
+        return await self._t.send(_stores.write(store_id, path, content, metadata))
 
     async def read(self, store_id: str, memory_id: str) -> StoreMemory:
         return await self._t.send(_stores.read(store_id, memory_id))
@@ -74,10 +83,11 @@ class AsyncStores:
         content: str | None = None,
         path: str | None = None,
         content_sha256: str | None = None,
+        *,
+        metadata: Mapping[str, str] | None = None,
     ) -> StoreMemory:
-        return await self._t.send(
-            _stores.update(store_id, memory_id, content, path, content_sha256)
-        )
+        change = _stores.update(store_id, memory_id, content, path, content_sha256, metadata)
+        return await self._t.send(change)
 
     def list_memories(
         self, store_id: str, path_prefix: str | None = None, *, limit: int | None = None

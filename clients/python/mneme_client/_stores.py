@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from mneme_client._call import Call, Page, done, seg
 from mneme_client._types import Json, Store, StoreMemory
 
@@ -13,8 +16,14 @@ def _memories(store_id: str) -> str:
     return f"{BASE}/{seg(store_id)}/memories"
 
 
-def create(name: str, description: str | None) -> Call[Store]:
-    body = {"name": name} if description is None else {"name": name, "description": description}
+def create(
+    name: str,
+    description: str | None,
+    metadata: Mapping[str, str] | None = None,
+    strip_temporal: bool | None = None,
+) -> Call[Store]:
+    given = {"description": description, "metadata": metadata, "strip_temporal": strip_temporal}
+    body = {"name": name, **{k: v for k, v in given.items() if v is not None}}
     return Call("POST", BASE, Store.from_json, json=body, write=True)
 
 
@@ -36,8 +45,12 @@ def delete(store_id: str, force: bool) -> Call[None]:
     return Call("DELETE", f"{BASE}/{seg(store_id)}", done, params=params, write=True)
 
 
-def write(store_id: str, path: str, content: str) -> Call[StoreMemory]:
-    body = {"path": path, "content": content}
+def write(
+    store_id: str, path: str, content: str, metadata: Mapping[str, str] | None = None
+) -> Call[StoreMemory]:
+    body: dict[str, Any] = {"path": path, "content": content}
+    if metadata is not None:
+        body["metadata"] = dict(metadata)
     return Call("POST", _memories(store_id), StoreMemory.from_json, json=body, write=True)
 
 
@@ -51,8 +64,10 @@ def update(
     content: str | None,
     path: str | None,
     content_sha256: str | None,
+    metadata: Mapping[str, str] | None = None,
 ) -> Call[StoreMemory]:
-    fields = {"content": content, "path": path, "content_sha256": content_sha256}
+    fields = {"content": content, "path": path, "content_sha256": content_sha256,
+              "metadata": None if metadata is None else dict(metadata)}  # fmt: skip
     body = {k: v for k, v in fields.items() if v is not None}
     path_ = f"{_memories(store_id)}/{seg(memory_id)}"
     return Call("POST", path_, StoreMemory.from_json, json=body, write=True)

@@ -47,9 +47,17 @@ class Stores:
     def __init__(self, transport: _Transport) -> None:
         self._t = transport
 
-    def create(self, name: str, description: str | None = None) -> Store:
-        """Create a store (needs an admin key); 409 if the name is taken."""
-        return self._t.send(_stores.create(name, description))
+    def create(
+        self,
+        name: str,
+        description: str | None = None,
+        *,
+        metadata: Mapping[str, str] | None = None,
+        strip_temporal: bool | None = None,
+    ) -> Store:
+        """Create a store (needs an admin key); 409 if the name is taken.
+        ``strip_temporal``: its searches leave out ``created_at`` and ``time_bucket``."""
+        return self._t.send(_stores.create(name, description, metadata, strip_temporal))
 
     def list(self) -> list[Store]:
         """Every store of the workspace."""
@@ -63,9 +71,12 @@ class Stores:
         """Delete a store; one holding active memories needs ``force=True``."""
         self._t.send(_stores.delete(store_id, force))
 
-    def write(self, store_id: str, path: str, content: str) -> StoreMemory:
-        """Write a memory at a path (409 if an active memory holds it)."""
-        return self._t.send(_stores.write(store_id, path, content))
+    def write(
+        self, store_id: str, path: str, content: str, *, metadata: Mapping[str, str] | None = None
+    ) -> StoreMemory:
+        """Write a memory at a path (409 if an active memory holds it); ``metadata``: up
+        to 16 string keys and values."""
+        return self._t.send(_stores.write(store_id, path, content, metadata))
 
     def read(self, store_id: str, memory_id: str) -> StoreMemory:
         """A path memory, with its content."""
@@ -78,10 +89,14 @@ class Stores:
         content: str | None = None,
         path: str | None = None,
         content_sha256: str | None = None,
+        *,
+        metadata: Mapping[str, str] | None = None,
     ) -> StoreMemory:
-        """Change a path memory's content. With ``content_sha256``, only if the stored
-        content still has that hash (``ConflictError`` otherwise). A path never changes."""
-        return self._t.send(_stores.update(store_id, memory_id, content, path, content_sha256))
+        """Change a path memory's content and/or metadata. With ``content_sha256``, only
+        if the stored content still has that hash (``ConflictError`` otherwise). A path
+        never changes."""
+        change = _stores.update(store_id, memory_id, content, path, content_sha256, metadata)
+        return self._t.send(change)
 
     def list_memories(
         self, store_id: str, path_prefix: str | None = None, *, limit: int | None = None

@@ -113,8 +113,10 @@ class StoreMemory:
     path: str
     content: str | None
     content_sha256: str
+    metadata: dict[str, str]
     raw: Json = field(repr=False)
 
     @classmethod
     def from_json(cls, raw: Json) -> StoreMemory:
-        return cls(raw["id"], raw["path"], raw.get("content"), raw["content_sha256"], raw)
+        return cls(raw["id"], raw["path"], raw.get("content"), raw["content_sha256"],
+                   dict(raw.get("metadata") or {}), raw)  # fmt: skip

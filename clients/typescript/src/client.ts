@@ -24,8 +24,8 @@ export class Stores {
   }
 
   /** Create a store (needs an admin key); `ConflictError` if the name is taken. */
-  create(name: string, options: { description?: string } = {}): Promise<Store> {
-    return this.#t.send(stores.create(name, options.description));
+  create(name: string, options: stores.StoreOptions = {}): Promise<Store> {
+    return this.#t.send(stores.create(name, options));
   }
 
   /** Every store of the workspace. */
@@ -46,8 +46,13 @@ export class Stores {
   }
 
   /** Write a memory at a path (`ConflictError` if an active memory holds it). */
-  write(storeId: string, path: string, content: string): Promise<StoreMemory> {
-    return this.#t.send(stores.write(storeId, path, content));
+  write(
+    storeId: string,
+    path: string,
+    content: string,
+    options: { metadata?: Record<string, string> } = {},
+  ): Promise<StoreMemory> {
+    return this.#t.send(stores.write(storeId, path, content, options.metadata));
   }
 
   /** A path memory, with its content. */

@@ -41,5 +41,5 @@ export type {
   StoreMemory,
   Version,
 } from "./records.js";
-export type { ListMemoriesOptions, StoreMemoryUpdate } from "./stores.js";
+export type { ListMemoriesOptions, StoreMemoryUpdate, StoreOptions } from "./stores.js";
 export { type ClientOptions, VERSION } from "./transport.js";

@@ -63,6 +63,7 @@ export interface StoreMemory {
   readonly path: string;
   readonly content: string | null;
   readonly contentSha256: string;
+  readonly metadata: Record<string, string>;
   readonly raw: Json;
 }
 
@@ -134,6 +135,7 @@ export function storeMemory(raw: Json): StoreMemory {
     path: str(raw, "path"),
     content: orNull(raw, "content"),
     contentSha256: str(raw, "content_sha256"),
+    metadata: (raw.metadata as Record<string, string> | null | undefined) ?? {},
     raw,
   };
 }

@@ -13,8 +13,20 @@ function nextOf<T>(body: Json, make: (afterId: string) => Call<Page<T>>): Call<P
   return body.has_more && typeof body.last_id === "string" ? make(body.last_id) : null;
 }
 
-export function create(name: string, description: string | undefined): Call<Store> {
-  return { method: "POST", path: BASE, parse: store, body: { name, description }, write: true };
+export interface StoreOptions {
+  description?: string;
+  /** Up to 16 string keys and values. */
+  metadata?: Record<string, string>;
+  /** Its searches leave out `created_at` and `time_bucket`. */
+  stripTemporal?: boolean;
+}
+
+export function create(name: string, options: StoreOptions): Call<Store> {
+  const body = {
+    name, description: options.description, metadata: options.metadata,
+    strip_temporal: options.stripTemporal,
+  };
+  return { method: "POST", path: BASE, parse: store, body, write: true };
 }
 
 export function listPage(afterId?: string): Call<Page<Store>> {
@@ -36,8 +48,13 @@ export function remove(storeId: string, force: boolean): Call<void> {
   return { method: "DELETE", path: `${BASE}/${seg(storeId)}`, parse: done, params, write: true };
 }
 
-export function write(storeId: string, path: string, content: string): Call<StoreMemory> {
-  const body = { path, content };
+export function write(
+  storeId: string,
+  path: string,
+  content: string,
+  metadata?: Record<string, string>,
+): Call<StoreMemory> {
+  const body = { path, content, metadata };
   return { method: "POST", path: memories(storeId), parse: storeMemory, body, write: true };
 }
 
@@ -51,6 +68,8 @@ export interface StoreMemoryUpdate {
   path?: string;
   /** Update only if the stored content still has this hash (`ConflictError` if not). */
   contentSha256?: string;
+  /** Up to 16 string keys and values, replacing the stored ones. */
+  metadata?: Record<string, string>;
 }
 
 export function update(
@@ -58,7 +77,10 @@ export function update(
   memoryId: string,
   change: StoreMemoryUpdate,
 ): Call<StoreMemory> {
-  const body = { content: change.content, path: change.path, content_sha256: change.contentSha256 };
+  const body = {
+    content: change.content, path: change.path, content_sha256: change.contentSha256,
+    metadata: change.metadata,
+  };
   const path = `${memories(storeId)}/${seg(memoryId)}`;
   return { method: "POST", path, parse: storeMemory, body, write: true };
 }

@@ -69,3 +69,18 @@ test("listMemories pages through a path prefix in path order, without content", 
   assert.equal(everything.length, 7);
   await m.stores.delete(store.id, { force: true });
 });
+
+test("store metadata and stripTemporal; a path memory's metadata written and changed", async () => {
+  const store = await m.stores.create(unique("ts-meta"), {
+    metadata: { team: "infra" }, stripTemporal: true,
+  });
+  assert.deepEqual([store.raw.metadata, store.raw.strip_temporal], [{ team: "infra" }, true]);
+  const note = await m.stores.write(store.id, "runbook.md", "Restart the worker.", {
+    metadata: { owner: "dana" },
+  });
+  assert.deepEqual(note.metadata, { owner: "dana" });
+  const moved = await m.stores.update(store.id, note.id, { metadata: { owner: "eve" } });
+  assert.deepEqual([moved.metadata, moved.content], [{ owner: "eve" }, "Restart the worker."]);
+  const [listed] = await all(m.stores.listMemories(store.id));
+  assert.deepEqual(listed?.metadata, { owner: "eve" });
+});
