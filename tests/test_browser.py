@@ -142,6 +142,34 @@ async def test_the_page_shows_only_what_the_key_may_read(
     assert (await client.get("/api/v1/memories", headers=auth(alice))).status == 200
 
 
+async def test_forgetting_the_key_leaves_nothing_it_was_shown_for_the_next(
+    browser: Browser, served: tuple[str, Client]
+) -> None:
+    # A shared browser: the admin reads bob's pair memory (its detail, a search), forgets
+    # the key, and alice logs in. None of it may be left in the page (it was: the detail
+    # panel and the search results stayed, and Archive acted on the admin's memory).
+    base, client = served
+    await make_member(client, "alice")
+    alice = await make_key(client, kind="personal", member="alice", scopes=["memory:read"])
+    [vault] = await write(client, {"text": "The vault code is 7741.", "scope": "pair:bob:bot"})
+    page = await browser.new_page()
+    await login(page, base, BOOTSTRAP_KEY)
+    await page.click(f"#memories li[data-id='{vault}']")
+    await expect(page.locator("#detail-text")).to_have_text("The vault code is 7741.")
+    await page.click("#close-detail")
+    await page.click("#tab-search")
+    await page.fill("input[name=query]", "what is the vault code?")
+    await page.click("#search-form button[type=submit]")
+    await expect(page.locator("#results")).to_contain_text("7741")
+    await page.click("#logout")
+    await expect(page.locator("#login")).to_be_visible()
+    await page.fill("#api-key", alice)  # in the same page, as a person would
+    await page.click("#login-form button[type=submit]")
+    await expect(page.locator("#meta")).to_contain_text("Scanned")
+    assert "7741" not in await page.content()
+    await expect(page.locator("#detail")).to_be_hidden()
+
+
 async def test_a_wrong_key_is_sent_back_to_the_login(
     browser: Browser, served: tuple[str, Client]
 ) -> None:

@@ -4,10 +4,12 @@
 "use strict";
 
 const KEY = "mneme.apiKey";
+const NOTICE = "mneme.loginNotice"; // why the key prompt is back, across signOut's reload
 const $ = (id) => document.getElementById(id);
 let nextCursor = null;
 let lastQuery = null;
 let current = null; // the memory open in the detail panel
+let browsing = 0; // the newest browse request: an older one's answer is dropped
 
 function apiKey() {
   return sessionStorage.getItem(KEY);
@@ -21,9 +23,13 @@ async function api(method, path, body) {
     headers,
     body: body === undefined ? undefined : JSON.stringify(body),
   });
-  const data = resp.status === 204 ? null : await resp.json();
+  // A proxy's 502 page or an empty body is no JSON: the status still says what happened.
+  const raw = resp.status === 204 ? "" : await resp.text();
+  let data = null;
+  try { data = raw ? JSON.parse(raw) : null; } catch { data = null; }
   if (!resp.ok) {
-    const message = data && data.error ? data.error.message : `HTTP ${resp.status}`;
+    const message = data && data.error
+      ? data.error.message : `HTTP ${resp.status} ${resp.statusText}`.trim();
     const err = new Error(message);
     err.status = resp.status;
     throw err;
@@ -36,6 +42,15 @@ function el(tag, text, className) {
   if (text !== undefined && text !== null) node.textContent = String(text);
   if (className) node.className = className;
   return node;
+}
+
+// Back to the key prompt: the key is forgotten and the page starts afresh, so nothing the
+// last key was shown (lists, a memory's detail and versions, search results, stores,
+// charts) is left on screen, or acted on, for whoever types the next key.
+function signOut(message) {
+  sessionStorage.removeItem(KEY);
+  if (message) sessionStorage.setItem(NOTICE, message);
+  location.reload();
 }
 
 function showLogin(message) {
@@ -88,8 +103,11 @@ async function browse(fresh) {
   }
   const params = new URLSearchParams(lastQuery);
   if (nextCursor) params.set("cursor", nextCursor);
+  const mine = ++browsing;
+  $("load-more").disabled = true; // one page at a time: a double click fetches it once
   try {
     const page = await api("GET", `/api/v1/memories?${params}`);
+    if (mine !== browsing) return; // the filters changed meanwhile: a newer list is coming
     for (const m of page.data) $("memories").append(memoryItem(m));
     nextCursor = page.cursor;
     $("load-more").hidden = !page.hasMore;
@@ -101,8 +119,10 @@ async function browse(fresh) {
     if (meta.limitCapped) text += ` (window capped at ${meta.maxLimit})`;
     $("meta").textContent = text + ".";
   } catch (err) {
-    if (err.status === 401) return showLogin(err.message);
-    $("browse-error").textContent = err.message;
+    if (err.status === 401) return signOut(err.message);
+    if (mine === browsing) $("browse-error").textContent = err.message;
+  } finally {
+    if (mine === browsing) $("load-more").disabled = false;
   }
 }
 
@@ -172,8 +192,17 @@ function versionList(list, versions) {
 
 // --- detail ------------------------------------------------------------------------------
 
+function clearDetail() {
+  current = null;
+  for (const name of ["detail-id", "detail-text", "detail-error"]) $(name).textContent = "";
+  $("detail-fields").replaceChildren();
+  $("versions").replaceChildren();
+  $("archive").hidden = true;
+  $("restore").hidden = true;
+}
+
 async function openDetail(id) {
-  $("detail-error").textContent = "";
+  clearDetail(); // nothing of the memory open before stays, nor can be archived, if this fails
   try {
     const [m, versions] = await Promise.all([
       api("GET", `/api/v1/memories/${encodeURIComponent(id)}`),
@@ -197,7 +226,7 @@ async function openDetail(id) {
     $("restore").hidden = m.status === "active";
     versionList($("versions"), versions.data);
   } catch (err) {
-    if (err.status === 401) return showLogin(err.message);
+    if (err.status === 401) return signOut(err.message);
     $("detail").hidden = false;
     $("detail-error").textContent = err.message;
   }
@@ -210,6 +239,7 @@ async function setStatus(status) {
     await openDetail(current.id);
     await browse(true);
   } catch (err) {
+    if (err.status === 401) return signOut(err.message);
     $("detail-error").textContent = err.message;
   }
 }
@@ -228,18 +258,29 @@ async function search() {
     const answer = await api("POST", "/api/v1/memory/search", body);
     const list = $("results");
     list.replaceChildren();
-    for (const m of answer.memories.concat(answer.self_memories || [])) {
+    const found = [
+      ...answer.memories.map((m) => [m, null]),
+      ...(answer.self_memories || []).map((m) => [m, "own words"]),
+      ...(answer.images || []).map((m) => [m, "image"]),
+    ];
+    for (const [m, kind] of found) {
       const li = el("li", null, "memory");
+      li.tabIndex = 0;
       li.append(el("span", m.content, "text"));
       const tags = el("span", null, "tags");
       tags.append(el("span", `similarity ${Number(m.similarity).toFixed(2)}`, "tag"));
+      if (kind) tags.append(el("span", kind, "tag"));
       if (m.speaker) tags.append(el("span", m.speaker, "tag"));
       li.append(tags);
       li.addEventListener("click", () => openDetail(m.id));
+      li.addEventListener("keydown", (e) => { if (e.key === "Enter") openDetail(m.id); });
       list.append(li);
     }
+    if (answer.warnings && answer.warnings.length) {
+      $("search-error").textContent = answer.warnings.join(" ");
+    }
   } catch (err) {
-    if (err.status === 401) return showLogin(err.message);
+    if (err.status === 401) return signOut(err.message);
     $("search-error").textContent = err.status === 404 && /No route/.test(err.message)
       ? "Search is not available on this server yet."
       : err.message;
@@ -287,7 +328,7 @@ async function loadStores() {
     const again = openStore && stores.find((s) => s.id === openStore.id);
     if (again || stores.length) await openStoreTree(again || stores[0]);
   } catch (err) {
-    if (err.status === 401) return showLogin(err.message);
+    if (err.status === 401) return signOut(err.message);
     $("stores-error").textContent = err.message;
   }
 }
@@ -347,7 +388,7 @@ async function openStoreTree(store) {
     $("file-tree").replaceChildren(...treeNodes(buildTree(files)));
     $("tree-empty").hidden = files.length > 0;
   } catch (err) {
-    if (err.status === 401) return showLogin(err.message);
+    if (err.status === 401) return signOut(err.message);
     $("stores-error").textContent = err.message;
   }
 }
@@ -370,7 +411,7 @@ async function openFileView(memoryId) {
       b.setAttribute("aria-current", String(b.dataset.path === file.path));
     }
   } catch (err) {
-    if (err.status === 401) return showLogin(err.message);
+    if (err.status === 401) return signOut(err.message);
     $("file-error").textContent = err.message;
   }
 }
@@ -387,7 +428,7 @@ async function saveFile() {
     await openFileView(saved.id);
     $("file-status").textContent = "Saved.";
   } catch (err) {
-    if (err.status === 401) return showLogin(err.message);
+    if (err.status === 401) return signOut(err.message);
     $("file-error").textContent = err.status === 409
       ? `Not saved: the file changed since you opened it. Reopen it to see the change. (${err.message})`
       : err.message;
@@ -454,7 +495,7 @@ async function overview() {
       fill: "rgba(47, 158, 68, 0.3)", paths: uPlot.paths.bars({ size: [0.6, 40] }) }], [at, units]);
     $("units-summary").textContent = `${searches} searches, ${billed.toFixed(1)} units billed`;
   } catch (err) {
-    if (err.status === 401) return showLogin(err.message);
+    if (err.status === 401) return signOut(err.message);
     $("overview-error").textContent = err.message;
   }
   await sampleQueue();
@@ -497,14 +538,15 @@ function selectTab(name) {
 document.addEventListener("DOMContentLoaded", () => {
   $("login-form").addEventListener("submit", async (e) => {
     e.preventDefault();
-    sessionStorage.setItem(KEY, $("api-key").value.trim());
+    const typed = $("api-key").value.trim();
     $("api-key").value = "";
+    if (!/^[\x21-\x7e]+$/.test(typed)) { // a header carries it: visible ASCII only
+      return showLogin("An API key is visible ASCII characters without spaces.");
+    }
+    sessionStorage.setItem(KEY, typed);
     await enter();
   });
-  $("logout").addEventListener("click", () => {
-    sessionStorage.removeItem(KEY);
-    showLogin();
-  });
+  $("logout").addEventListener("click", () => signOut());
   $("filters").addEventListener("submit", (e) => { e.preventDefault(); browse(true); });
   $("load-more").addEventListener("click", () => browse(false));
   $("close-detail").addEventListener("click", () => { $("detail").hidden = true; current = null; });
@@ -515,5 +557,7 @@ document.addEventListener("DOMContentLoaded", () => {
   for (const tab of document.querySelectorAll("[role=tab]")) {
     tab.addEventListener("click", () => selectTab(tab.dataset.panel));
   }
-  if (apiKey()) enter(); else showLogin();
+  const notice = sessionStorage.getItem(NOTICE);
+  sessionStorage.removeItem(NOTICE);
+  if (apiKey()) enter(); else showLogin(notice);
 });
