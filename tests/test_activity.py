@@ -5,6 +5,7 @@ the readability rule with two keys that see different things."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -123,10 +124,15 @@ async def test_a_version_written_in_a_narrower_scope_keeps_its_text_there(
     assert resp.status == 200
     resp = await client.get(f"/api/v1/memories/{secret}/versions?include=text", headers=alice)
     assert resp.status == 200 and "hunter2" not in await resp.text()
-    assert [v["text"] for v in (await resp.json())["data"]] == [
-        "The root password is in the vault.", None,
-    ]  # fmt: skip
+    seen = (await resp.json())["data"]
+    assert [v["text"] for v in seen] == ["The root password is in the vault.", None]
+    # Nor its sha256, which would confirm a guess of the old text offline.
+    old_sha = hashlib.sha256(b"Root password is hunter2.").hexdigest()
+    assert old_sha not in await resp.text() and seen[1]["content_sha256"] is None
+    plain = await client.get(f"/api/v1/memories/{secret}/versions", headers=alice)
+    assert old_sha not in await plain.text()
     got = await client.get(f"/api/v1/memories/{secret}/versions?include=text", headers=ADMIN)
+    assert [v["content_sha256"] for v in (await got.json())["data"]][1] == old_sha
     assert [v["text"] for v in (await got.json())["data"]][1] == "Root password is hunter2."
     # A change of scope alone is a version too: who moved it, and when.
     resp = await client.patch(

@@ -135,6 +135,49 @@ async def test_a_client_gone_mid_body_is_no_server_error(
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
 
 
+@pytest.mark.parametrize("path", ["/nowhere", "/healthz", "/api/v1/memories"])
+async def test_an_unknown_expectation_is_ignored_not_refused_in_bare_text(
+    client: Client, path: str
+) -> None:
+    # aiohttp answered 417 "Unknown Expect: <the header>" in plain text, before routing.
+    head = f"GET {path} HTTP/1.1\nHost: x\nAuthorization: Bearer {BOOTSTRAP_KEY}\n"
+    status, headers, body = parse(await exchange(client, request(head + "Expect: x-<b>\n")))
+    assert status in (200, 404) and "request-id" in headers, (status, body)
+    assert "<b>" not in json.dumps(body)
+    # 100-continue is still answered so, and the request goes on.
+    head = (
+        f"POST /api/v1/memories HTTP/1.1\nHost: x\nAuthorization: Bearer {BOOTSTRAP_KEY}\n"
+        "Content-Type: application/json\nContent-Length: 15\nExpect: 100-continue\n"
+    )
+    answer = await exchange(client, request(head, b'{"text": "cup"}'))
+    assert answer.startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+    assert parse(answer.split(b"\r\n\r\n", 1)[1])[0] == 201
+
+
+async def test_a_body_declared_too_large_is_refused_at_once(client: Client) -> None:
+    # Only the head is sent: the 413 comes from what the body declares, not after
+    # waiting (a declared 100 GB held the connection for its deadline: 11 days).
+    head = (
+        f"POST /api/v1/memories HTTP/1.1\nHost: x\nAuthorization: Bearer {BOOTSTRAP_KEY}\n"
+        "Content-Type: application/json\nContent-Length: 99999999999\n"
+    )
+    status, _, body = parse(await exchange(client, request(head, b"{}"), read_s=3))
+    assert (status, body["error"]["type"]) == (413, "request_too_large")
+
+
+async def test_a_body_its_content_encoding_cannot_decode_is_a_400_said_so(
+    client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    head = (
+        f"POST /api/v1/memories HTTP/1.1\nHost: x\nAuthorization: Bearer {BOOTSTRAP_KEY}\n"
+        "Content-Type: application/json\nContent-Encoding: gzip\nContent-Length: 7\n"
+    )
+    status, _, body = parse(await exchange(client, request(head, b"garbage"), read_s=2))
+    assert status == 400 and "Content-Encoding" in body["error"]["message"]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+
+
 async def test_a_search_answered_before_its_body_arrives_leaves_nothing_reading(
     client: Client, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 import msgspec
 from aiohttp import web
+from aiohttp.http_exceptions import PayloadEncodingError
 
 from service.app_keys import SETTINGS
 from service.http.errors import ApiError, bad_request
@@ -152,14 +153,22 @@ def abandon_body(request: web.Request) -> None:
 
 
 async def _read_body(request: web.Request) -> bytes:
+    settings = request.app[SETTINGS]
     declared = request.content_length or 0
-    timeout = request.app[SETTINGS].body_timeout + declared / SLOWEST_BODY_RATE
+    if declared > settings.max_body_bytes:  # refused before waiting for bytes never sent
+        raise web.HTTPRequestEntityTooLarge(max_size=settings.max_body_bytes, actual_size=declared)
+    timeout = settings.body_timeout + declared / SLOWEST_BODY_RATE
     try:
         async with asyncio.timeout(timeout):
             return await request.read()
     except TimeoutError:
         raise ApiError(408, f"The request body did not arrive within {timeout:g} seconds") from None
-    except (ConnectionError, web.RequestPayloadError):
+    except web.RequestPayloadError as exc:
+        if isinstance(exc.__cause__, PayloadEncodingError):
+            raise bad_request("The request body could not be decoded as its Content-Encoding "
+                              "says (gzip, deflate, br)") from None  # fmt: skip
+        raise bad_request("The connection closed before the request body was complete") from None
+    except ConnectionError:
         raise bad_request("The connection closed before the request body was complete") from None
 
 

@@ -19,11 +19,11 @@ import asyncio
 import contextlib
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
-from aiohttp import web
-from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
+from aiohttp import hdrs, web
+from aiohttp.http_exceptions import BadHttpMessage, LineTooLong, PayloadEncodingError
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_runner import GracefulExit
@@ -94,16 +94,50 @@ class JsonErrorServer(web.Server):
         return JsonErrorRequestHandler(self, loop=self._loop, **self._kwargs)
 
 
+def expecting_only_continue(
+    handle: Callable[[BaseRequest], Awaitable[web.StreamResponse]],
+) -> Callable[[BaseRequest], Awaitable[web.StreamResponse]]:
+    """``handle`` for requests whose ``Expect`` header, if any, is ``100-continue``: any
+    other expectation is ignored (RFC 9110 lets a server do so). aiohttp refuses one
+    before routing and before any middleware, with a bare-text 417 that quotes the
+    header and carries no request id."""
+
+    async def handled(request: BaseRequest) -> web.StreamResponse:
+        expect = request.headers.get(hdrs.EXPECT)
+        if expect is not None and expect.strip().lower() != "100-continue":
+            headers = request.headers.copy()
+            del headers[hdrs.EXPECT]
+            request = request.clone(headers=headers)
+        return await handle(request)
+
+    return handled
+
+
 class Runner(web.AppRunner):
     """``web.AppRunner`` whose connections use ``JsonErrorRequestHandler``."""
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
         server.__class__ = JsonErrorServer  # same state; only the handler class differs
+        server.request_handler = expecting_only_continue(server.request_handler)
         return server
 
 
+class UndecodableBody(logging.Filter):
+    """Drops aiohttp's "Unhandled exception" about a request body that its
+    Content-Encoding could not decode: raised again while aiohttp drains the body after
+    the answer, which was already a 400 (``service.http.inputs``), and whose traceback
+    names the header's value (SPEC §9: no header value in a log line)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(getattr(exc, "__cause__", None), PayloadEncodingError)
+
+
 def runner_for(app: web.Application, settings: Settings, **kwargs: Any) -> Runner:
+    aiohttp_log = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, UndecodableBody) for f in aiohttp_log.filters):
+        aiohttp_log.addFilter(UndecodableBody())
     return Runner(
         app,
         keepalive_timeout=settings.header_timeout,

@@ -543,14 +543,20 @@ async def add_version(
     )  # fmt: skip
 
 
-# ``text`` only where the caller could read the version in its scope (0020): a version
-# from before the scope was recorded counts as in the memory's scope now.
+# What a version says of the content (its text, the text's sha256, its path) only where
+# the caller could read the version in its scope (0020): a sha256 would let a reader
+# confirm a guess of a short text offline. A version from before the scope was recorded
+# counts as in the memory's scope now.
 SELECT_VERSIONS = NamedSQL("""
-SELECT v.id, v.operation, v.actor, v.content_sha256, v.path, v.status, v.created_at,
-       CASE WHEN mneme_readable(coalesce(v.scope, m.scope), :is_service, :member, :rooms)
-            THEN v.text END AS text
+SELECT v.id, v.operation, v.actor, v.status, v.created_at,
+       CASE WHEN seen.readable THEN v.content_sha256 END AS content_sha256,
+       CASE WHEN seen.readable THEN v.path END AS path,
+       CASE WHEN seen.readable THEN v.text END AS text
 FROM memory_versions v
 JOIN memories m ON m.workspace_id = v.workspace_id AND m.id = v.memory_id
+CROSS JOIN LATERAL (
+    SELECT mneme_readable(coalesce(v.scope, m.scope), :is_service, :member, :rooms) AS readable
+) seen
 WHERE v.workspace_id = :workspace AND v.memory_id = :memory_id
 ORDER BY v.id DESC
 """)
