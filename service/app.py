@@ -79,6 +79,8 @@ def create_app(
     specs: dict[web.AbstractRoute, Route] = {}
     for spec in ROUTES:
         specs[app.router.add_route(spec.method, spec.path, spec.handler)] = spec
+        if spec.method == "GET":  # HEAD as well, as aiohttp's add_get gives (curl -I, probes)
+            specs[app.router.add_route("HEAD", spec.path, spec.handler)] = spec
     app[ROUTE_SPECS] = specs
     app.on_response_prepare.append(standard_headers)
     lifetimes = [database_lifetime(announce_key), model_lifetime(embedder)]

@@ -86,7 +86,18 @@ async def test_unknown_room_is_a_404(client: Client) -> None:
 async def test_wrong_method_is_a_405_invalid_request(client: Client) -> None:
     resp = await client.patch("/api/v1/members", headers=ADMIN)
     await assert_error(resp, 405, "invalid_request_error")
-    assert set(resp.headers["Allow"].split(",")) == {"GET", "POST"}
+    assert set(resp.headers["Allow"].split(",")) == {"GET", "HEAD", "POST"}
+
+
+async def test_head_answers_every_get_route_without_a_body(client: Client) -> None:
+    # curl -I, load balancers' probes: a GET's status and headers, no body.
+    for path, headers, status in (
+        ("/healthz", {}, 200), ("/api/v1/memories", ADMIN, 200), ("/api/v1/memories", {}, 401),
+        ("/api/v1/memories/mem_0000000000000000", ADMIN, 404),
+    ):  # fmt: skip
+        resp = await client.head(path, headers=headers)
+        assert (resp.status, await resp.read()) == (status, b""), path
+        assert "request-id" in resp.headers
 
 
 async def test_duplicate_is_a_409(client: Client) -> None:
