@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.metadata
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
@@ -321,21 +323,27 @@ async def cmd_export(settings: Settings, args: argparse.Namespace) -> None:
         store = await _store(pool, ws, args.store)
         out = open(args.output, "wb") if args.output else sys.stdout.buffer  # noqa: SIM115
         try:
-            async with pool.acquire() as conn:
-                lines = transfer.export_store(
+            async with (
+                pool.acquire() as conn,
+                contextlib.aclosing(transfer.export_store(
                     conn, ws.id, store.id, include_deleted=args.include_deleted
-                )
+                )) as lines,
+            ):  # fmt: skip
                 # Progress on stderr: with -o FILE, or on a terminal while stdout is piped.
                 shown = bool(args.output) or sys.stderr.isatty()
                 with tqdm(unit="mem", file=sys.stderr, disable=not shown) as bar:
                     async for line in lines:
                         out.write(line)
                         bar.update(1)
+            if not args.output:
+                out.flush()
+        except BrokenPipeError:
+            # The reader stopped (`mneme export | head`): done, as any Unix filter is.
+            # stdout is pointed at /dev/null so that Python's own flush at exit is quiet.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         finally:
             if args.output:
                 out.close()
-            else:
-                out.flush()
 
 
 # --- parser -------------------------------------------------------------------------------

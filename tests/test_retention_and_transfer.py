@@ -67,11 +67,29 @@ async def test_retention_archives_expired_and_idle_transitory_memories(
     assert status[expired["id"]] == status[idle["id"]] == "archived"
     assert status[future["id"]] == status[fresh["id"]] == status[lasting["id"]] == "active"
     assert status[old_but_used["id"]] == "active"
-    # Archived is recoverable.
+    # Archived is recoverable, and a restore holds: what archived it is lifted (the past
+    # expiry cleared; the transitory one used now), so the next pass leaves both alone.
+    for memory in (idle, expired):
+        resp = await client.patch(
+            f"/api/v1/memories/{memory['id']}", json={"status": "active"}, headers=ADMIN
+        )
+        assert (await resp.json())["status"] == "active"
+    expiry = "SELECT expires_at FROM memories WHERE id = $1"
+    assert await conn.fetchval(expiry, expired["id"]) is None
+    async with conn.transaction():
+        assert await q.archive_due(conn, transitory_idle_s=30 * 24 * 3600) == []
+    # A restore that sets its own expiry keeps it (here: one already past, archived again).
     resp = await client.patch(
-        f"/api/v1/memories/{idle['id']}", json={"status": "active"}, headers=ADMIN
-    )
-    assert (await resp.json())["status"] == "active"
+        f"/api/v1/memories/{expired['id']}",
+        json={"status": "archived"}, headers=ADMIN,
+    )  # fmt: skip
+    resp = await client.patch(
+        f"/api/v1/memories/{expired['id']}",
+        json={"status": "active", "expiresAt": "2021-01-01T00:00:00Z"}, headers=ADMIN,
+    )  # fmt: skip
+    assert resp.status == 200 and (await conn.fetchval(expiry, expired["id"])).year == 2021
+    async with conn.transaction():
+        assert [m.id for _, m in await q.archive_due(conn, 30 * 24 * 3600)] == [expired["id"]]
 
 
 async def test_janitor_runs_retention_with_a_version(
@@ -237,3 +255,24 @@ async def test_the_janitor_runs_on_one_replica_at_a_time(
     # Given up (a replica shutting down does), it is free at once.
     await leases.release(conn, jobs.JANITOR_LEASE, "another:1")
     assert await jobs.janitor_pass(first.app, holder, retention=False)
+
+
+async def test_export_into_a_pipe_closed_early_ends_quietly(client: Client, db_url: str) -> None:
+    # `mneme export | head -1`: more than a pipe's buffer, then the reader goes away. It
+    # ended in a BrokenPipeError traceback.
+    for start in range(0, 2000, 500):
+        batch = [{"text": f"note {i}: " + "x" * 200} for i in range(start, start + 500)]
+        resp = await client.post("/api/v1/memories", json={"memories": batch}, headers=ADMIN)
+        assert resp.status == 200, await resp.text()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MNEME_")}
+    env["MNEME_DATABASE_URL"] = db_url
+    export = subprocess.Popen(  # noqa: ASYNC220 (its pipes are read in threads)
+        [sys.executable, "-m", "service.cli", "export"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert export.stdout is not None and export.stderr is not None
+    assert json.loads(export.stdout.readline())["text"].startswith("note ")
+    export.stdout.close()
+    err = await asyncio.to_thread(export.stderr.read)
+    assert await asyncio.to_thread(export.wait, 60) == 0, err
+    assert b"Traceback" not in err and b"BrokenPipe" not in err

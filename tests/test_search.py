@@ -219,6 +219,26 @@ async def test_default_max_results_per_model(
     )
 
 
+async def test_an_edit_is_never_found_by_the_meaning_it_took_out(
+    client: Client, db_url: str, embedder: SentenceTransformerEmbedder, conn: asyncpg.Connection
+) -> None:
+    # Until the worker encodes the new text, the old vector spoke for words the memory no
+    # longer has (and for good, had the new text failed to encode).
+    [edited] = await seed(client, db_url, embedder, [{"text": "Bob's therapist is Dr. Hale."}])
+    await seed(client, db_url, embedder, [{"text": "The printer is on the second floor."}])
+    resp = await client.patch(
+        f"/api/v1/memories/{edited}", json={"text": "Bob moved desks."}, headers=ADMIN
+    )
+    assert resp.status == 200
+    assert await conn.fetchval("SELECT embedding FROM memories WHERE id = $1", edited) is None
+    asked = {"user_id": "default", "query": "who is the psychologist?", "max_results": 5}
+    found = await search(client, asked, model="Scroll 1.1")  # the vector arm alone
+    assert edited not in [m["id"] for m in found["memories"]]
+    await seed(client, db_url, embedder, [])  # the worker encodes the new text
+    moved = await search(client, {**asked, "query": "where does Bob sit?"}, model="Scroll 1.1")
+    assert moved["memories"][0]["id"] == edited
+
+
 async def test_filters_narrow_the_memories(client: Client, facts: list[str]) -> None:
     body = {"user_id": "default", "query": "anything at all", "max_results": 20}
     ops = await search(client, {**body, "filters": {"category": "ops"}})

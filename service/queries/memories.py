@@ -411,7 +411,12 @@ def update_statement(columns: tuple[str, ...]) -> NamedSQL:
     if "text" in columns:
         sets.append("text_tokens = NULL")  # counted again by the worker
     if EMBEDDED & set(columns):
+        # The old vector (and chunks) spoke for a text the memory no longer has: until the
+        # worker encodes the new one, the memory is found by its words only, as a new one
+        # is, and never by the meaning of what an edit took out.
         sets += [
+            "embedding = NULL",
+            "chunked = false",
             "embedding_generation = m.embedding_generation + 1",
             "embedding_status = 'pending'",
             "embedding_attempts = 0",

@@ -12,7 +12,7 @@ store's version (the search cache) and wake the embedding workers — triggers o
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -543,6 +543,7 @@ async def patch(
     changes = changed(existing, columns)
     if not changes:
         return existing
+    changes |= lifted_retention(existing, changes)
     if "scope" in changes:
         await supersession.check_scope_change(conn, ctx.workspace_id, existing, changes["scope"])
     try:
@@ -555,6 +556,21 @@ async def patch(
     if operation is not None:
         await memories.add_version(conn, ctx.workspace_id, memory, operation, ctx.principal.key_id)
     return memory
+
+
+def lifted_retention(existing: Memory, changes: dict[str, Any]) -> dict[str, Any]:
+    """A restore (archived to active) lifts what archived the memory, unless the same
+    write sets it: an expiry already past is cleared, and a transitory memory counts as
+    used now. Else the next retention pass would archive it again within minutes."""
+    if existing.status != "archived" or changes.get("status") != "active":
+        return {}
+    lifted: dict[str, Any] = {}
+    now = datetime.now(UTC)
+    if "expires_at" not in changes and existing.expires_at and existing.expires_at <= now:
+        lifted["expires_at"] = None
+    if existing.transitory and not {"transitory", "last_used_at"} & changes.keys():
+        lifted["last_used_at"] = now
+    return lifted
 
 
 async def delete(conn: asyncpg.Connection, ctx: WriteContext, memory_id: str) -> Memory:

@@ -10,7 +10,7 @@ not exported.
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,7 +73,7 @@ def export_line(r: asyncpg.Record) -> dict[str, Any]:
 
 async def export_store(
     conn: asyncpg.Connection, workspace_id: str, store_id: str, *, include_deleted: bool = False
-) -> AsyncIterator[bytes]:
+) -> AsyncGenerator[bytes, None]:
     """JSON lines, streamed through a server-side cursor (constant memory)."""
     encoder = msgspec.json.Encoder()
     async with conn.transaction(isolation="repeatable_read", readonly=True):
