@@ -125,17 +125,24 @@ SELECT * FROM unnest(:workspaces::text[], :ids::text[], :chunk_indexes::int[],
                      :embeddings::vector[])
 """)
 
+# RENEW, RELEASE and FAIL act only on the text the worker claimed (its generation), as
+# STORE does: an edit meanwhile re-queued the memory (lease cleared, attempts 0) for any
+# worker, and the old text's lease, attempt or error must not land on the new one.
 RENEW = NamedSQL("""
 UPDATE memories m SET embedding_lease_until = now() + make_interval(secs => :lease_s)
-FROM unnest(:workspaces::text[], :ids::text[]) AS v(workspace_id, id)
+FROM unnest(:workspaces::text[], :ids::text[], :generations::int[])
+     AS v(workspace_id, id, generation)
 WHERE m.workspace_id = v.workspace_id AND m.id = v.id AND m.embedding_status = 'pending'
+  AND m.embedding_generation = v.generation
 """)
 
 RELEASE = NamedSQL("""
 UPDATE memories m
 SET embedding_lease_until = NULL, embedding_attempts = m.embedding_attempts - 1
-FROM unnest(:workspaces::text[], :ids::text[]) AS v(workspace_id, id)
+FROM unnest(:workspaces::text[], :ids::text[], :generations::int[])
+     AS v(workspace_id, id, generation)
 WHERE m.workspace_id = v.workspace_id AND m.id = v.id
+  AND m.embedding_generation = v.generation
 """)
 
 FAIL = NamedSQL("""
@@ -145,8 +152,10 @@ SET embedding_error = v.error,
                             ELSE 'pending' END,
     -- Back off before the next try: 5 s, 10 s, 20 s, …
     embedding_lease_until = now() + make_interval(secs => 5 * power(2, m.embedding_attempts - 1))
-FROM unnest(:workspaces::text[], :ids::text[], :errors::text[]) AS v(workspace_id, id, error)
+FROM unnest(:workspaces::text[], :ids::text[], :generations::int[], :errors::text[])
+     AS v(workspace_id, id, generation, error)
 WHERE m.workspace_id = v.workspace_id AND m.id = v.id
+  AND m.embedding_generation = v.generation AND m.embedding_status = 'pending'
 """)
 
 # New rows of a GIN index wait in its pending list until a vacuum (or a full list) merges
@@ -272,13 +281,12 @@ class Worker:
                 await renewing
 
     async def _renew(self, claimed: Sequence[Claimed]) -> None:
-        workspaces, ids = [r.workspace_id for r in claimed], [r.id for r in claimed]
+        rows = {"workspaces": [r.workspace_id for r in claimed], "ids": [r.id for r in claimed],
+                "generations": [r.generation for r in claimed]}  # fmt: skip
         while True:
             await asyncio.sleep(self.config.lease_s / 3)
             try:
-                await RENEW.execute(
-                    self.pool, workspaces=workspaces, ids=ids, lease_s=self.config.lease_s
-                )
+                await RENEW.execute(self.pool, **rows, lease_s=self.config.lease_s)
             except Exception as exc:
                 log.warning(
                     "could not renew a lease; the batch may be claimed twice",
@@ -315,12 +323,18 @@ class Worker:
                 )
             )  # fmt: skip
         if extra:
-            await self.release([(r["workspace_id"], r["id"]) for r in extra])
+            await self.release(
+                [(r["workspace_id"], r["id"], r["embedding_generation"]) for r in extra]
+            )
         return claimed
 
-    async def release(self, rows: Sequence[tuple[str, str]]) -> None:
-        """Give claimed rows back untouched (over budget, or stopping)."""
-        await RELEASE.execute(self.pool, workspaces=[w for w, _ in rows], ids=[i for _, i in rows])
+    async def release(self, rows: Sequence[tuple[str, str, int]]) -> None:
+        """Give claimed rows (workspace, id, generation) back untouched (over budget, or
+        stopping)."""
+        await RELEASE.execute(
+            self.pool, workspaces=[r[0] for r in rows], ids=[r[1] for r in rows],
+            generations=[r[2] for r in rows],
+        )  # fmt: skip
 
     def encode(self, rows: Sequence[Claimed]) -> tuple[list[Encoded], list[tuple[Claimed, str]]]:
         """Chunk and encode (in a worker thread). Returns successes and failures."""
@@ -390,6 +404,7 @@ class Worker:
                     conn,
                     workspaces=[row.workspace_id for row, _ in failed],
                     ids=[row.id for row, _ in failed],
+                    generations=[row.generation for row, _ in failed],
                     errors=[error for _, error in failed],
                     max_attempts=self.config.max_attempts,
                 )

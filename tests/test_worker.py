@@ -157,6 +157,29 @@ async def test_a_failing_text_is_retried_then_marked_failed(
     assert memory["embeddingStatus"] == "failed"
 
 
+async def test_an_old_texts_failure_or_lease_never_lands_on_the_edited_text(
+    client: Client, pool: asyncpg.Pool, embedder: SentenceTransformerEmbedder
+) -> None:
+    # A worker fails on the text it claimed while an edit re-queues the memory: the error,
+    # backoff and attempt were the old text's, and (at the last attempt) marked the new
+    # text failed without ever trying it. Its renewals and release touch it no more.
+    [m, _] = await write(client, [{"text": "POISON at first"}, {"text": "a fine neighbour"}])
+    worker = Worker(pool, Recording(embedder, poison="POISON"), WorkerConfig(max_attempts=1))
+    rows = await worker.claim()
+    encoded, failed = worker.encode(rows)
+    assert [r.id for r, _ in failed] == [m["id"]]
+    await client.patch(f"/api/v1/memories/{m['id']}", json={"text": "fine now"}, headers=ADMIN)
+    await worker.store(encoded, failed)
+    await worker.release([(r.workspace_id, r.id, r.generation) for r, _ in failed])
+    row = await pool.fetchrow("SELECT * FROM memories WHERE id = $1", m["id"])
+    assert (row["embedding_status"], row["embedding_error"]) == ("pending", None)
+    assert (row["embedding_attempts"], row["embedding_lease_until"]) == (0, None)
+    await worker.drain()
+    assert (
+        await pool.fetchval("SELECT count(*) FROM memories WHERE embedding_status = 'ready'") == 2
+    )
+
+
 async def test_long_texts_are_embedded_in_chunks(
     client: Client, pool: asyncpg.Pool, embedder: SentenceTransformerEmbedder
 ) -> None:
@@ -417,4 +440,4 @@ async def test_a_bulk_import_does_not_starve_another_workspaces_writes(
     # Claimed rows are leased: the next claim takes the next ten of the import.
     second = await worker.claim()
     assert len(second) == 10 and not {c.id for c in second} & {c.id for c in first}
-    await worker.release([(c.workspace_id, c.id) for c in first + second])
+    await worker.release([(c.workspace_id, c.id, c.generation) for c in first + second])

@@ -159,7 +159,7 @@ async def test_a_vector_arriving_invalidates_cached_searches_but_wakes_no_worker
         claimed = await worker.claim()  # claiming (a lease) changes nothing a reader sees
         assert len(claimed) == 1
         assert await conn.fetchval(DEFAULT_VERSION) == version
-        await worker.release([(c.workspace_id, c.id) for c in claimed])
+        await worker.release([(c.workspace_id, c.id, c.generation) for c in claimed])
         assert await worker.drain() == 1
     finally:
         await pool.close()
