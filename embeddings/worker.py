@@ -631,16 +631,52 @@ class QueueProbe:
         return max(counted[1], self.cap + 1), lag
 
 
+# One span of the table in key order: a statement of its own each, so that re-queueing
+# a large database never runs into the pool's command timeout (one UPDATE of every row
+# did: each row re-enters every index), and each row is visited once, even while workers
+# store vectors meanwhile.
 REQUEUE = NamedSQL("""
-UPDATE memories
-SET embedding_status = 'pending', embedding_generation = embedding_generation + 1,
-    embedding_attempts = 0, embedding_error = NULL, embedding_lease_until = NULL
-WHERE embedding_status <> 'pending'
-  AND (:everything OR embedding_model IS DISTINCT FROM :model OR embedding_status = 'failed')
+WITH span AS (
+    SELECT workspace_id, id FROM memories
+    WHERE (workspace_id, id) > (:after_workspace, :after_id)
+    ORDER BY workspace_id, id
+    LIMIT :batch
+), queued AS (
+    UPDATE memories m
+    SET embedding_status = 'pending', embedding_generation = m.embedding_generation + 1,
+        embedding_attempts = 0, embedding_error = NULL, embedding_lease_until = NULL
+    FROM span s
+    WHERE m.workspace_id = s.workspace_id AND m.id = s.id AND m.embedding_status <> 'pending'
+      AND (:everything OR m.embedding_model IS DISTINCT FROM :model
+           OR m.embedding_status = 'failed')
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM queued)::int AS queued, last.workspace_id, last.id
+FROM (VALUES (1)) one
+LEFT JOIN LATERAL (
+    SELECT workspace_id, id FROM span ORDER BY workspace_id DESC, id DESC LIMIT 1
+) last ON true
 """)
 
+REQUEUE_SPAN = 5000
 
-async def requeue(conn: asyncpg.Connection | asyncpg.Pool, model: str, *, everything: bool) -> int:
+
+async def requeue(
+    conn: asyncpg.Connection | asyncpg.Pool,
+    model: str,
+    *,
+    everything: bool,
+    batch: int = REQUEUE_SPAN,
+) -> int:
     """Queue rows embedded by another model (and failed ones), or every row; how many."""
-    status = await REQUEUE.execute(conn, model=model, everything=everything)
-    return int(status.split()[-1])
+    total, after = 0, ("", "")
+    while True:
+        row = await REQUEUE.fetchrow(
+            conn, model=model, everything=everything, batch=batch,
+            after_workspace=after[0], after_id=after[1],
+        )  # fmt: skip
+        assert row is not None
+        total += int(row["queued"])
+        if row["id"] is None:
+            return total
+        after = (row["workspace_id"], row["id"])

@@ -12,6 +12,7 @@ from typing import Any
 
 import asyncpg
 
+from embeddings.worker import requeue
 from service.queries import memories as q
 from tests.helpers import ADMIN, Client
 
@@ -208,6 +209,12 @@ async def test_worker_once_and_reembed(
     assert models == {"embed me": "all-MiniLM-L6-v2", "me too": "all-MiniLM-L6-v2"}
     result = mneme(db_url, "reembed", "--all")
     assert b"queued 2 memories" in result.stderr
+    # In spans of the table (one statement each), every row visited once.
+    await write(client, {"text": "a third"})
+    await conn.execute("UPDATE memories SET embedding_model = 'old-model'")
+    await conn.execute("UPDATE memories SET embedding_status = 'ready'")
+    assert await requeue(conn, "all-MiniLM-L6-v2", everything=False, batch=1) == 3
+    assert await requeue(conn, "all-MiniLM-L6-v2", everything=False, batch=2) == 0  # queued
 
 
 async def test_the_janitor_runs_on_one_replica_at_a_time(
