@@ -307,7 +307,9 @@ async def cmd_import(settings: Settings, args: argparse.Namespace) -> None:
                     progress=bar.update,
                 )
             except transfer.ImportError_ as exc:
-                raise CliError(f"{path}: {exc} (earlier batches were imported)") from None
+                done = (f"lines 1-{exc.through} were imported, nothing after them"
+                        if exc.through else "nothing was imported")  # fmt: skip
+                raise CliError(f"{path}: {exc} ({done})") from None
     print(
         f"created {result.created}, deduplicated {result.deduplicated}, "
         f"upserted {result.upserted}, speakers registered {result.speakers_registered}",

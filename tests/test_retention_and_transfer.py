@@ -178,13 +178,25 @@ async def test_export_then_import_round_trips_a_store(
 
 
 async def test_import_refuses_a_bad_line_naming_it(
-    client: Client, db_url: str, tmp_path: Path
+    client: Client, db_url: str, tmp_path: Path, conn: asyncpg.Connection
 ) -> None:
     path = tmp_path / "bad.jsonl"
     path.write_text('{"text": "fine"}\n\n{"text": 5}\n')
     result = mneme(db_url, "import", str(path))
     assert result.returncode == 1
-    assert b"line 3" in result.stderr
+    assert b"line 3" in result.stderr and b"nothing was imported" in result.stderr
+    # --create-speakers registers names by the rules POST .../speakers keeps.
+    path.write_text('{"text": "a"}\n{"text": "b", "speaker": " Padded"}\n')
+    result = mneme(db_url, "import", str(path), "--create-speakers")
+    assert result.returncode == 1 and b"line 2" in result.stderr, result.stderr
+    assert b"leading or trailing spaces" in result.stderr
+    assert await conn.fetchval("SELECT count(*) FROM speakers WHERE name = ' Padded'") == 0
+    # A refusal past the first batch (500 lines) says what stayed imported.
+    path.write_text("".join(f'{{"text": "bulk {i}"}}\n' for i in range(501)) + '{"text": 5}\n')
+    result = mneme(db_url, "import", str(path))
+    assert result.returncode == 1 and b"line 502" in result.stderr
+    assert b"lines 1-500 were imported, nothing after them" in result.stderr
+    assert await conn.fetchval("SELECT count(*) FROM memories WHERE text LIKE 'bulk %'") == 500
 
 
 async def test_worker_once_and_reembed(

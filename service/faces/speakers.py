@@ -2,38 +2,21 @@
 
 from __future__ import annotations
 
-import re
-
 import asyncpg
 import msgspec
 from aiohttp import web
 
 from service.app_keys import POOL
-from service.http.errors import bad_request, conflict, not_found
+from service.http.errors import conflict, not_found
 from service.http.inputs import read_body
 from service.http.json import iso, json_response
 from service.http.middleware import principal_of
 from service.queries import memories
-
-MAX_SPEAKER_CHARS = 64
+from service.write.fields import check_speaker_name
 
 
 class SpeakerIn(msgspec.Struct, forbid_unknown_fields=True):
     name: str
-
-
-# No control character; no space first or last (the OpenAPI document has this pattern).
-SPEAKER_NAME = re.compile("[^ \x00-\x1f\x7f-\x9f](?:[^\x00-\x1f\x7f-\x9f]*[^ \x00-\x1f\x7f-\x9f])?")
-
-
-def check_speaker_name(name: str) -> str:
-    if len(name) > MAX_SPEAKER_CHARS or not SPEAKER_NAME.fullmatch(name):
-        raise bad_request(
-            f"Speaker names are 1-{MAX_SPEAKER_CHARS} characters without control characters "
-            "or leading or trailing spaces",
-            param="name",
-        )
-    return name
 
 
 async def _store(request: web.Request) -> memories.Store:

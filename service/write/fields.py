@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import re
 import unicodedata
 
 from service.http.errors import bad_request
@@ -59,6 +60,22 @@ def check_text(text: str, field: str = "text") -> bytes:
 BLANK = " \t\n\r\f\v"
 # (store, provider, providerRef) is a unique index, whose entries PostgreSQL caps at about
 # 2.7 kB: at 4 bytes a character, these two stay under it whatever the text.
+MAX_SPEAKER_CHARS = 64
+# No control character; no space first or last (the OpenAPI document has this pattern).
+SPEAKER_NAME = re.compile("[^ \x00-\x1f\x7f-\x9f](?:[^\x00-\x1f\x7f-\x9f]*[^ \x00-\x1f\x7f-\x9f])?")
+
+
+def check_speaker_name(name: str) -> str:
+    """A speaker's name, as registering it requires (over HTTP or by an import)."""
+    if len(name) > MAX_SPEAKER_CHARS or not SPEAKER_NAME.fullmatch(name):
+        raise bad_request(
+            f"Speaker names are 1-{MAX_SPEAKER_CHARS} characters without control characters "
+            "or leading or trailing spaces",
+            param="name",
+        )
+    return name
+
+
 MAX_PROVIDER_CHARS = 64
 MAX_PROVIDER_REF_CHARS = 512
 INT4_MAX = 2**31 - 1

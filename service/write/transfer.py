@@ -23,7 +23,7 @@ from service.http.json import iso, iso_or_none
 from service.queries import memories
 from service.queries.keys import Principal
 from service.queries.named import NamedSQL
-from service.write import rules
+from service.write import fields, rules
 from service.write.bulk import write_many
 
 BATCH = 500
@@ -88,10 +88,16 @@ class ImportResult:
     deduplicated: int = 0
     upserted: int = 0
     speakers_registered: int = 0
+    through: int = 0  # the last line of the last batch committed (0: none yet)
 
 
 class ImportError_(Exception):
-    """A line that the write rules refuse; names the line number."""
+    """A line that the write rules refuse; names the line number. ``through``: the last
+    line committed before it (the batches before the refused one stay imported)."""
+
+    def __init__(self, message: str, through: int) -> None:
+        super().__init__(message)
+        self.through = through
 
 
 def service_principal(workspace_id: str, actor: str) -> Principal:
@@ -126,8 +132,16 @@ async def import_lines(
     async def flush() -> None:
         async with pool.acquire() as conn, conn.transaction():
             if create_speakers:
-                named = {i.speaker for _, i in batch if isinstance(i.speaker, str)} - {"me"}
-                for speaker in sorted(named):
+                named: dict[str, int] = {}  # each speaker, and the first line naming it
+                for number, item in batch:
+                    if isinstance(item.speaker, str) and item.speaker != "me":
+                        named.setdefault(item.speaker, number)
+                for speaker, number in sorted(named.items()):
+                    try:  # registered by the same rules as POST .../speakers
+                        fields.check_speaker_name(speaker)
+                    except ApiError as exc:
+                        refused = f"line {number}: {exc.message}"
+                        raise ImportError_(refused, result.through) from None
                     added = await memories.add_speaker(conn, workspace_id, store.id, speaker)
                     result.speakers_registered += added is not None
             items = [item for _, item in batch]
@@ -135,11 +149,12 @@ async def import_lines(
             try:
                 written = await write_many(conn, rules.WriteContext(principal), items, labels)
             except ApiError as exc:
-                raise ImportError_(exc.message) from None
+                raise ImportError_(exc.message, result.through) from None
             for done in written:
                 result.created += done.created
                 result.deduplicated += done.deduplicated
                 result.upserted += done.upserted
+        result.through = batch[-1][0]
         progress(len(batch))
         batch.clear()
 
@@ -149,7 +164,7 @@ async def import_lines(
         try:
             item = decode_json(raw, rules.MemoryIn, what="Memory")
         except ApiError as exc:
-            raise ImportError_(f"line {number}: {exc.message}") from None
+            raise ImportError_(f"line {number}: {exc.message}", result.through) from None
         item.store = store.id
         batch.append((number, item))
         if len(batch) >= BATCH:
