@@ -44,6 +44,13 @@ def parse(response: bytes) -> tuple[int, dict[str, str], dict[str, Any]]:
     return status, headers, json.loads(body)
 
 
+def post_head(path: str, *headers: str) -> str:
+    """A JSON POST's request line and headers, with the admin key: then ``headers``."""
+    lines = [f"POST {path} HTTP/1.1", "Host: x", f"Authorization: Bearer {BOOTSTRAP_KEY}",
+             "Content-Type: application/json", *headers]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
 def request(head: str, body: bytes = b"") -> bytes:
     return head.replace("\n", "\r\n").encode() + b"\r\n" + body
 
@@ -101,10 +108,7 @@ async def test_headers_that_never_finish_get_the_connection_closed(impatient: Cl
 
 
 async def test_a_body_that_stops_arriving_is_a_408(impatient: Client) -> None:
-    head = (
-        f"POST /api/v1/memories HTTP/1.1\nHost: x\nAuthorization: Bearer {BOOTSTRAP_KEY}\n"
-        "Content-Type: application/json\nContent-Length: 100\n"
-    )
+    head = post_head("/api/v1/memories", "Content-Length: 100")
     answer = await exchange(impatient, request(head, b'{"text": "'), read_s=8)
     status, _, body = parse(answer)
     assert status == 408
@@ -117,10 +121,7 @@ async def test_a_client_gone_mid_body_is_no_server_error(
     client: Client, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
-    head = (
-        f"POST /api/v1/memories HTTP/1.1\nHost: x\nAuthorization: Bearer {BOOTSTRAP_KEY}\n"
-        "Content-Type: application/json\nContent-Length: 1000\n"
-    )
+    head = post_head("/api/v1/memories", "Content-Length: 1000")
     _, writer = await asyncio.open_connection(client.server.host, client.server.port)
     writer.write(request(head, b'{"text": "cut'))
     await writer.drain()
@@ -145,10 +146,7 @@ async def test_an_unknown_expectation_is_ignored_not_refused_in_bare_text(
     assert status in (200, 404) and "request-id" in headers, (status, body)
     assert "<b>" not in json.dumps(body)
     # 100-continue is still answered so, and the request goes on.
-    head = (
-        f"POST /api/v1/memories HTTP/1.1\nHost: x\nAuthorization: Bearer {BOOTSTRAP_KEY}\n"
-        "Content-Type: application/json\nContent-Length: 15\nExpect: 100-continue\n"
-    )
+    head = post_head("/api/v1/memories", "Content-Length: 15", "Expect: 100-continue")
     answer = await exchange(client, request(head, b'{"text": "cup"}'))
     assert answer.startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
     assert parse(answer.split(b"\r\n\r\n", 1)[1])[0] == 201
@@ -157,10 +155,7 @@ async def test_an_unknown_expectation_is_ignored_not_refused_in_bare_text(
 async def test_a_body_declared_too_large_is_refused_at_once(client: Client) -> None:
     # Only the head is sent: the 413 comes from what the body declares, not after
     # waiting (a declared 100 GB held the connection for its deadline: 11 days).
-    head = (
-        f"POST /api/v1/memories HTTP/1.1\nHost: x\nAuthorization: Bearer {BOOTSTRAP_KEY}\n"
-        "Content-Type: application/json\nContent-Length: 99999999999\n"
-    )
+    head = post_head("/api/v1/memories", "Content-Length: 99999999999")
     status, _, body = parse(await exchange(client, request(head, b"{}"), read_s=3))
     assert (status, body["error"]["type"]) == (413, "request_too_large")
 
@@ -169,10 +164,7 @@ async def test_a_body_its_content_encoding_cannot_decode_is_a_400_said_so(
     client: Client, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
-    head = (
-        f"POST /api/v1/memories HTTP/1.1\nHost: x\nAuthorization: Bearer {BOOTSTRAP_KEY}\n"
-        "Content-Type: application/json\nContent-Encoding: gzip\nContent-Length: 7\n"
-    )
+    head = post_head("/api/v1/memories", "Content-Encoding: gzip", "Content-Length: 7")
     status, _, body = parse(await exchange(client, request(head, b"garbage"), read_s=2))
     assert status == 400 and "Content-Encoding" in body["error"]["message"]
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
@@ -189,10 +181,7 @@ async def test_a_search_answered_before_its_body_arrives_leaves_nothing_reading(
         "/api/v1/memory/search", json={"user_id": "default", "query": "hi"}, headers=ADMIN
     )
     assert resp.status == 200
-    head = (
-        f"POST /api/v1/memory/search HTTP/1.1\nHost: x\nAuthorization: Bearer {BOOTSTRAP_KEY}\n"
-        "X-WOS-Model: Quill 9\nContent-Type: application/json\nContent-Length: 60\n"
-    )
+    head = post_head("/api/v1/memory/search", "X-WOS-Model: Quill 9", "Content-Length: 60")
     reader, writer = await asyncio.open_connection(client.server.host, client.server.port)
     writer.write(request(head, b'{"user_id": "default", "query": "pa'))
     await writer.drain()

@@ -151,9 +151,9 @@ async def handle(request: web.Request) -> web.StreamResponse:
         # is not JSON-RPC), as bare text or a JSON-RPC error without an id: in the
         # service's error shape, same status, keeping a JSON-RPC error's code beside its
         # message, so the error object is JSON-RPC's too. A 5xx says no more than that.
-        message, code = refusal(response)
         if response.status >= 500:
             raise ApiError(response.status, "MCP: the request could not be served")
+        message, code = refusal(response)
         error = ApiError(response.status, f"MCP: {message}")
         if code is not None:
             error.extra["code"] = code

@@ -163,12 +163,10 @@ async def _read_body(request: web.Request) -> bytes:
             return await request.read()
     except TimeoutError:
         raise ApiError(408, f"The request body did not arrive within {timeout:g} seconds") from None
-    except web.RequestPayloadError as exc:
+    except (ConnectionError, web.RequestPayloadError) as exc:
         if isinstance(exc.__cause__, PayloadEncodingError):
             raise bad_request("The request body could not be decoded as its Content-Encoding "
                               "says (gzip, deflate, br)") from None  # fmt: skip
-        raise bad_request("The connection closed before the request body was complete") from None
-    except ConnectionError:
         raise bad_request("The connection closed before the request body was complete") from None
 
 
