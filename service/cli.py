@@ -306,7 +306,7 @@ async def cmd_import(settings: Settings, args: argparse.Namespace) -> None:
                     create_speakers=args.create_speakers,
                     progress=bar.update,
                 )
-            except transfer.ImportError_ as exc:
+            except transfer.ImportRefused as exc:
                 done = (f"lines 1-{exc.through} were imported, nothing after them"
                         if exc.through else "nothing was imported")  # fmt: skip
                 raise CliError(f"{path}: {exc} ({done})") from None

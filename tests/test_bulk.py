@@ -1,7 +1,7 @@
 """Set-based batch writes (service.write.bulk) give what writing item by item gives.
 
 Each case writes one batch twice into two stores that start alike — once by
-``write_many`` (set-based when it can be), once item by item (``rules.write``, the
+``engine.apply_in`` (set-based when it can be), once item by item (``rules.write``, the
 path the single write has always taken) — and compares what each item answered and what
 each store then holds, memory ids aside.
 """
@@ -15,9 +15,11 @@ import asyncpg
 import msgspec
 import pytest
 
-from service.http.errors import ApiError
+from service.http.errors import api_error_of
+from service.problems import Problem
 from service.queries import keys
-from service.write import bulk, rules
+from service.write import engine, rules
+from service.write.items import Batch, MemoryIn
 from tests.helpers import ADMIN, BOOTSTRAP_KEY, Client
 
 TEXTS = ["Alice drinks oat milk.", "Bob moved to Lisbon.", "The cat is called Miso.",
@@ -50,19 +52,24 @@ async def write(
     """The batch's answers, or the error it was refused with (nothing is kept then)."""
     principal = await keys.authenticate(conn, BOOTSTRAP_KEY)
     assert principal is not None
-    items = [msgspec.convert({**i, "store": store}, rules.MemoryIn) for i in batch]
-    labels = [f"memories[{i}]" for i in range(len(items))]
+    checked = Batch([], batch=True)  # as a body is checked: up to the first refused item
+    for i, item in enumerate(batch):
+        if not checked.add(msgspec.convert({**item, "store": store}, MemoryIn), f"memories[{i}]"):
+            break
     ctx = rules.WriteContext(principal)
     try:
         async with conn.transaction():
-            if set_based:
-                return await bulk.write_many(conn, ctx, items, labels)
-            await rules.lock_batch(conn, ctx, items)
-            return [
-                await rules.write(conn, ctx, i, label=n) for i, n in zip(items, labels, strict=True)
+            if set_based:  # the engine: set-based where the items allow it
+                return await engine.apply_in(conn, ctx, checked)
+            await rules.lock_batch(conn, ctx, checked.items)
+            written = [
+                await rules.write(conn, ctx, i, label=n)
+                for i, n in zip(checked.items, checked.labels, strict=True)
             ]
-    except ApiError as exc:
-        return f"{exc.status} {exc.message}"
+            checked.raise_refused()
+            return written
+    except Problem as exc:
+        return f"{api_error_of(exc).status} {exc.message}"
 
 
 async def contents(conn: asyncpg.Connection, store: str) -> list[tuple[Any, ...]]:

@@ -189,3 +189,30 @@ def test_pipelines_import_no_face_and_not_each_other() -> None:
                 banned = ("service.faces", "service.routes", f"service.{other}")
                 found = {m for m in imports(path) if m.startswith(banned) or m == "service.app"}
                 assert not found, f"{name} imports {sorted(found)}"
+
+
+def third_party_imports(path: Path) -> set[str]:
+    """The top-level names of what ``path`` imports that is not of this repository."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+    return found - {"service", "embeddings"}
+
+
+def test_engine_imports_no_http() -> None:
+    """The write and search engines take checked values and raise ``service.problems``:
+    neither aiohttp nor the HTTP shell (its errors, bodies, statuses) is in them."""
+    for name, path in MODULES.items():
+        if name.startswith(("service.write", "service.retrieval")):
+            http = {m for m in imports(path) if m.startswith("service.http")}
+            assert not http, f"{name} imports {sorted(http)}"
+            assert "aiohttp" not in third_party_imports(path), f"{name} imports aiohttp"
+
+
+def test_http_check_sees_an_aiohttp_import(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text("import asyncio\nfrom aiohttp import web\nfrom service.ids import new_id\n")
+    assert third_party_imports(source) == {"asyncio", "aiohttp"}

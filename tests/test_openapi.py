@@ -79,15 +79,15 @@ async def test_llms_txt_mentions_every_api_path(client: Client) -> None:
 # (and Schemathesis, tests/test_fuzz.py, holds the constraints to what handlers enforce).
 def _bodies() -> dict[tuple[str, str], type[msgspec.Struct]]:
     from service.faces import admin, speakers, stores
-    from service.write import rules
+    from service.write import items
 
     store = "/api/v1/forward/memory_stores"
     return {
         ("POST", "/api/v1/members"): admin.MemberIn,
         ("POST", "/api/v1/rooms"): admin.RoomIn,
         ("POST", "/api/v1/keys"): admin.KeyIn,
-        ("POST", "/api/v1/memories"): rules.MemoryIn,
-        ("PATCH", "/api/v1/memories/{memory_id}"): rules.MemoryPatch,
+        ("POST", "/api/v1/memories"): items.MemoryIn,
+        ("PATCH", "/api/v1/memories/{memory_id}"): items.MemoryPatch,
         ("POST", "/api/v1/stores/{store}/speakers"): speakers.SpeakerIn,
         ("POST", store): stores.StoreCreate,
         ("POST", store + "/{store_id}"): stores.StoreUpdate,

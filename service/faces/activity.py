@@ -5,10 +5,10 @@ from __future__ import annotations
 from aiohttp import web
 
 from service.app_keys import POOL
-from service.http.errors import bad_request
+from service.http.days import day_range
 from service.http.json import json_response
 from service.http.middleware import principal_of
-from service.http.times import day_range
+from service.problems import Invalid
 from service.queries import activity
 
 MAX_DAYS = 366
@@ -20,7 +20,7 @@ async def get_activity(request: web.Request) -> web.Response:
     status now). Days and stores with none are left out."""
     start, end = day_range(request.query)
     if (end - start).days >= MAX_DAYS:
-        raise bad_request(f"from and to may span at most {MAX_DAYS} days")
+        raise Invalid(f"from and to may span at most {MAX_DAYS} days")
     found = await activity.written_per_day(request.app[POOL], principal_of(request), start, end)
     return json_response(
         {

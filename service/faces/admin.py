@@ -8,12 +8,13 @@ import msgspec
 from aiohttp import web
 
 from service.app_keys import POOL
-from service.http.errors import ApiError, bad_request, conflict, not_found
 from service.http.inputs import read_body
-from service.http.json import iso, iso_or_none, json_response
+from service.http.json import json_response
 from service.http.middleware import principal_of
 from service.ids import is_name
+from service.problems import Conflict, Invalid, NotFound
 from service.queries import keys, tenancy
+from service.times import iso, iso_or_none
 
 
 class MemberIn(msgspec.Struct, forbid_unknown_fields=True):
@@ -36,7 +37,7 @@ class KeyIn(msgspec.Struct, forbid_unknown_fields=True):
 
 def check_name(value: str, what: str) -> str:
     if not is_name(value):
-        raise bad_request(
+        raise Invalid(
             f"Invalid {what} {value!r}: 1-64 characters of A-Z a-z 0-9 . _ -, "
             "starting with a letter or digit"
         )
@@ -45,10 +46,10 @@ def check_name(value: str, what: str) -> str:
 
 def check_scopes(scopes: list[str]) -> list[str]:
     if not scopes:
-        raise bad_request("scopes must name at least one scope", valid=list(keys.SCOPES))
+        raise Invalid("scopes must name at least one scope", valid=list(keys.SCOPES))
     unknown = [s for s in scopes if s not in keys.SCOPES]
     if unknown:
-        raise bad_request(
+        raise Invalid(
             f"Unknown scope(s): {', '.join(unknown)}", valid=list(keys.SCOPES), param="scopes"
         )
     return [s for s in keys.SCOPES if s in scopes]  # canonical order, no repeats
@@ -85,7 +86,7 @@ async def create_member(request: web.Request) -> web.Response:
         request.app[POOL], workspace, body.id, body.kind, body.name
     )
     if member is None:
-        raise conflict(f"Member {body.id!r} already exists")
+        raise Conflict(f"Member {body.id!r} already exists")
     return json_response(render_member(member), status=201)
 
 
@@ -106,7 +107,7 @@ async def create_room(request: web.Request) -> web.Response:
     async with request.app[POOL].acquire() as conn:
         room = await tenancy.create_room(conn, workspace, body.id, sorted(set(body.members)))
     if room is None:
-        raise conflict(f"Room {body.id!r} already exists")
+        raise Conflict(f"Room {body.id!r} already exists")
     return json_response(render_room(room), status=201)
 
 
@@ -122,7 +123,7 @@ async def add_room_member(request: web.Request) -> web.Response:
     async with request.app[POOL].acquire() as conn:
         room = await tenancy.add_room_member(conn, workspace, room_id, member_id)
     if room is None:
-        raise not_found(f"Room {room_id!r} not found")
+        raise NotFound(f"Room {room_id!r} not found")
     return json_response(render_room(room))
 
 
@@ -133,7 +134,7 @@ async def remove_room_member(request: web.Request) -> web.Response:
     async with request.app[POOL].acquire() as conn:
         room = await tenancy.remove_room_member(conn, workspace, room_id, member_id)
     if room is None:
-        raise not_found(f"Room {room_id!r} not found")
+        raise NotFound(f"Room {room_id!r} not found")
     return json_response(render_room(room))
 
 
@@ -146,12 +147,12 @@ async def create_key(request: web.Request) -> web.Response:
     workspace = principal_of(request).workspace_id
     pool = request.app[POOL]
     if body.kind == "service" and body.member is not None:
-        raise bad_request("A service key is workspace-wide: it takes no member", param="member")
+        raise Invalid("A service key is workspace-wide: it takes no member", param="member")
     if body.kind == "personal":
         if body.member is None:
-            raise bad_request("A personal key needs the member it acts for", param="member")
+            raise Invalid("A personal key needs the member it acts for", param="member")
         if await tenancy.get_member(pool, workspace, body.member) is None:
-            raise not_found(f"Member {body.member!r} not found")
+            raise NotFound(f"Member {body.member!r} not found")
     key, secret = await keys.create_key(
         pool, workspace, kind=body.kind, member=body.member, scopes=scopes, name=body.name
     )
@@ -166,5 +167,5 @@ async def list_keys(request: web.Request) -> web.Response:
 async def revoke_key(request: web.Request) -> web.Response:
     key_id = request.match_info["key_id"]
     if not await keys.revoke_key(request.app[POOL], principal_of(request).workspace_id, key_id):
-        raise ApiError(404, f"API key {key_id!r} not found")
+        raise NotFound(f"API key {key_id!r} not found")
     return web.Response(status=204)

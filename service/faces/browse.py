@@ -16,10 +16,10 @@ from aiohttp import web
 
 from service.app_keys import READ_POOL
 from service.faces.render import browse_object
-from service.http.errors import bad_request, not_found
 from service.http.json import json_response
 from service.http.middleware import principal_of
 from service.ids import id_pattern
+from service.problems import Invalid, NotFound
 from service.queries import browse, memories
 from service.write.fields import STATUSES, TIERS, query_int
 
@@ -64,7 +64,7 @@ def _checked(request: web.Request, name: str, valid: tuple[str, ...]) -> list[st
     items = _list(request, name)
     bad = [item for item in items or [] if item not in valid]
     if bad:
-        raise bad_request(
+        raise Invalid(
             f"Invalid {name} value(s): {', '.join(bad)}. Valid values: {', '.join(valid)}",
             param=name,
             valid=list(valid),
@@ -78,7 +78,7 @@ def parse_limit(raw: str | None) -> tuple[int, bool]:
         return DEFAULT_LIMIT, False
     value = query_int(raw)
     if value is None or value < 1:
-        raise bad_request(f"limit must be a positive integer, got {raw[:40]!r}", param="limit")
+        raise Invalid(f"limit must be a positive integer, got {raw[:40]!r}", param="limit")
     return (MAX_LIMIT, True) if value > MAX_LIMIT else (value, False)
 
 
@@ -90,7 +90,7 @@ async def list_memories(request: web.Request) -> web.Response:
     if (store_ref := _param(request, "store")) is not None:
         store = await memories.resolve_store(pool, principal.workspace_id, store_ref)
         if store is None:
-            raise not_found(f"Store {store_ref!r} not found")
+            raise NotFound(f"Store {store_ref!r} not found")
         store_id = store.id
     filters = browse.Filters(
         statuses=_checked(request, "status", STATUSES) or ["active"],

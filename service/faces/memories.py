@@ -11,14 +11,14 @@ from aiohttp import web
 
 from service.app_keys import PLANNED_ONCE_POOL, POOL, READ_POOL
 from service.faces.render import memory_object
-from service.http.errors import bad_request, conflict, forbidden, not_found
 from service.http.inputs import body_of, read_body
-from service.http.json import iso, json_response
+from service.http.json import json_response
 from service.http.middleware import principal_of
+from service.problems import Conflict, Forbidden, Invalid, NotFound
 from service.queries import idempotency, memories
 from service.queries.keys import Principal
-from service.write import rules, single
-from service.write.bulk import write_many
+from service.times import iso
+from service.write import engine, items, rules
 
 _encoder = msgspec.json.Encoder()
 
@@ -32,21 +32,11 @@ async def create_memories(request: web.Request) -> web.Response:
     raw = await body_of(request)
     key = request.headers.get("Idempotency-Key")
     if key is not None and not (1 <= len(key) <= 255 and key.isascii() and key.isprintable()):
-        raise bad_request("Idempotency-Key must be 1 to 255 printable ASCII characters")
+        raise Invalid("Idempotency-Key must be 1 to 255 printable ASCII characters")
     ctx = rules.WriteContext(principal)
     if key is None:
-        body = rules.decode_items(raw)
-        # A single write plans once (service.ops.db.PLANNED_ONCE_SETTINGS); a batch's
-        # set-based statements are planned for its size (generic plans took 20 % longer).
-        pool = request.app[POOL if body.batch else PLANNED_ONCE_POOL]
-        async with pool.acquire() as conn:
-            one = None if body.batch else await single.create(conn, ctx, body.items[0])
-            if one is not None:
-                results = [one]
-            else:
-                async with conn.transaction():
-                    results = await _write(conn, ctx, body)
-            status, encoded = _rendered(results, body.batch)
+        body = items.decode_items(raw)
+        status, encoded = _rendered(await engine.apply(write_pools(request), ctx, body), body.batch)
         return web.Response(body=encoded, status=status, content_type="application/json")
     async with request.app[POOL].acquire() as conn:
         # A replay must be the same request: same method, path and bytes of body. The
@@ -56,12 +46,16 @@ async def create_memories(request: web.Request) -> web.Response:
             stored = await idempotency.lock_and_get(conn, principal, key)
             if stored is not None:
                 return await _replay(conn, principal, stored, fingerprint)
-            body = rules.decode_items(raw)
-            results = await _write(conn, ctx, body)
+            body = items.decode_items(raw)
+            results = await engine.apply_in(conn, ctx, body)
             status, encoded = _rendered(results, body.batch)
             ids = [w.memory.id for w in results]
             await idempotency.save(conn, principal, key, fingerprint, status, encoded, ids)
     return web.Response(body=encoded, status=status, content_type="application/json")
+
+
+def write_pools(request: web.Request) -> engine.Pools:
+    return engine.Pools(request.app[POOL], request.app[PLANNED_ONCE_POOL])
 
 
 async def _replay(
@@ -70,9 +64,9 @@ async def _replay(
     """The first answer to this key's request again, if it is the same request and its
     memories are all still readable by the caller."""
     if stored.request_sha256 != fingerprint:
-        raise conflict("This Idempotency-Key was already used with a different request body")
+        raise Conflict("This Idempotency-Key was already used with a different request body")
     if not await idempotency.replayable(conn, principal, stored):
-        raise conflict(
+        raise Conflict(
             "This Idempotency-Key's write cannot be replayed: a memory it returned has since "
             "been purged or is no longer readable by this key; nothing was written"
         )
@@ -80,18 +74,6 @@ async def _replay(
         body=stored.response, status=stored.status, content_type="application/json",
         headers={"Idempotent-Replayed": "true"},
     )  # fmt: skip
-
-
-async def _write(
-    conn: asyncpg.Connection, ctx: rules.WriteContext, body: rules.Decoded
-) -> list[rules.Written]:
-    """The body's memories, written inside the caller's transaction. A batch item that
-    did not decode is refused after the items before it: if one of them fails, it
-    decides; if none does, the raise undoes what they wrote."""
-    labels = [f"memories[{i}]" if body.batch else "" for i in range(len(body.items))]
-    results = await write_many(conn, ctx, body.items, labels)
-    body.raise_refused()
-    return results
 
 
 def _rendered(results: list[rules.Written], batch: bool) -> tuple[int, bytes]:
@@ -104,15 +86,15 @@ async def get_memory(request: web.Request) -> web.Response:
     memory_id = request.match_info["memory_id"]
     memory = await memories.get_readable(request.app[POOL], principal_of(request), memory_id)
     if memory is None:
-        raise not_found(f"Memory {memory_id!r} not found")
+        raise NotFound(f"Memory {memory_id!r} not found")
     return json_response(memory_object(memory))
 
 
 async def patch_memory(request: web.Request) -> web.Response:
-    body = await read_body(request, rules.MemoryPatch)
+    columns = items.columns_of(await read_body(request, items.MemoryPatch))
     ctx = rules.WriteContext(principal_of(request))
     async with request.app[PLANNED_ONCE_POOL].acquire() as conn, conn.transaction():
-        memory = await rules.patch(conn, ctx, request.match_info["memory_id"], body)
+        memory = await rules.patch(conn, ctx, request.match_info["memory_id"], columns)
     return json_response(memory_object(memory))
 
 
@@ -120,13 +102,13 @@ async def delete_memory(request: web.Request) -> web.Response:
     principal = principal_of(request)
     purge = request.query.get("purge", "").lower()
     if purge not in ("", "true", "false"):
-        raise bad_request("purge must be true or false", param="purge")
+        raise Invalid("purge must be true or false", param="purge")
     ctx = rules.WriteContext(principal)
     memory_id = request.match_info["memory_id"]
     async with request.app[PLANNED_ONCE_POOL].acquire() as conn, conn.transaction():
         if purge == "true":
             if "admin" not in principal.scopes:
-                raise forbidden("Purging a memory needs the 'admin' scope")
+                raise Forbidden("Purging a memory needs the 'admin' scope")
             await rules.purge(conn, ctx, memory_id)
             return json_response({"id": memory_id, "purged": True})
         memory = await rules.delete(conn, ctx, memory_id)
@@ -162,10 +144,10 @@ async def list_versions(request: web.Request) -> web.Response:
     memory_id = request.match_info["memory_id"]
     include = request.query.get("include", "")
     if include not in ("", "text"):
-        raise bad_request(f"include may only be 'text', got {include!r}", param="include")
+        raise Invalid(f"include may only be 'text', got {include!r}", param="include")
     pool = request.app[READ_POOL]  # may lag the primary (MNEME_READ_DATABASE_URL)
     if await memories.get_readable(pool, principal, memory_id) is None:
-        raise not_found(f"Memory {memory_id!r} not found")
+        raise NotFound(f"Memory {memory_id!r} not found")
     body = await versions_body(pool, principal, memory_id, with_text=bool(include))
     return json_response(body)
 
@@ -174,7 +156,7 @@ async def get_media(request: web.Request) -> web.Response:
     memory_id = request.match_info["memory_id"]
     found = await memories.get_media(request.app[POOL], principal_of(request), memory_id)
     if found is None:
-        raise not_found(f"Memory {memory_id!r} has no media")
+        raise NotFound(f"Memory {memory_id!r} has no media")
     data, media_type = found
     # A browser may keep it an hour, but only for the key that fetched it: another key in
     # the same browser asks the service, which checks what that key may read.

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Protocol
 
-from service.http.json import iso, iso_or_none
 from service.queries.memories import Memory
+from service.times import iso, iso_or_none
 
 
 class Browsed(Protocol):

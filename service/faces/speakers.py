@@ -7,11 +7,12 @@ import msgspec
 from aiohttp import web
 
 from service.app_keys import POOL
-from service.http.errors import conflict, not_found
 from service.http.inputs import read_body
-from service.http.json import iso, json_response
+from service.http.json import json_response
 from service.http.middleware import principal_of
+from service.problems import Conflict, NotFound
 from service.queries import memories
+from service.times import iso
 from service.write.fields import check_speaker_name
 
 
@@ -23,7 +24,7 @@ async def _store(request: web.Request) -> memories.Store:
     ref = request.match_info["store"]
     store = await memories.resolve_store(request.app[POOL], principal_of(request).workspace_id, ref)
     if store is None:
-        raise not_found(f"Store {ref!r} not found")
+        raise NotFound(f"Store {ref!r} not found")
     return store
 
 
@@ -40,14 +41,14 @@ async def add_speaker(request: web.Request) -> web.Response:
     name = check_speaker_name(body.name)
     store = await _store(request)
     if name == "me":
-        raise conflict("Speaker 'me' (the agent itself) always exists")
+        raise Conflict("Speaker 'me' (the agent itself) always exists")
     workspace = principal_of(request).workspace_id
     try:
         added = await memories.add_speaker(request.app[POOL], workspace, store.id, name)
     except asyncpg.ForeignKeyViolationError:  # the store was deleted since it was looked up
-        raise not_found(f"Store {store.id!r} not found") from None
+        raise NotFound(f"Store {store.id!r} not found") from None
     if added is None:
-        raise conflict(f"Speaker {name!r} is already registered in store {store.name!r}")
+        raise Conflict(f"Speaker {name!r} is already registered in store {store.name!r}")
     return json_response({"name": added[0], "created_at": iso(added[1])}, status=201)
 
 
@@ -55,8 +56,8 @@ async def delete_speaker(request: web.Request) -> web.Response:
     name = request.match_info["name"]
     store = await _store(request)
     if name == "me":  # a conflict with what always exists, as adding it again is
-        raise conflict("Speaker 'me' (the agent itself) always exists and cannot be removed")
+        raise Conflict("Speaker 'me' (the agent itself) always exists and cannot be removed")
     workspace = principal_of(request).workspace_id
     if not await memories.delete_speaker(request.app[POOL], workspace, store.id, name):
-        raise not_found(f"Speaker {name!r} is not registered in store {store.name!r}")
+        raise NotFound(f"Speaker {name!r} is not registered in store {store.name!r}")
     return web.Response(status=204)

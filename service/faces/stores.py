@@ -16,15 +16,16 @@ from msgspec import UNSET, UnsetType
 
 from service.app_keys import PLANNED_ONCE_POOL, POOL, READ_POOL
 from service.faces.memories import versions_body
-from service.http.errors import bad_request, conflict, not_found
 from service.http.inputs import read_body
-from service.http.json import iso, json_response
+from service.http.json import json_response
 from service.http.middleware import principal_of
 from service.ids import is_name
+from service.problems import Conflict, Invalid, NotFound
 from service.queries import memories, stores
 from service.queries.keys import Principal
 from service.queries.memories import Memory, Store
-from service.write import fields, rules
+from service.times import iso
+from service.write import engine, fields, items, rules
 
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 100
@@ -100,7 +101,7 @@ def parse_limit(request: web.Request) -> int:
         return DEFAULT_LIMIT
     value = fields.query_int(raw)
     if value is None or not 1 <= value <= MAX_LIMIT:
-        raise bad_request(f"limit must be an integer from 1 to {MAX_LIMIT}, got {raw[:40]!r}")
+        raise Invalid(f"limit must be an integer from 1 to {MAX_LIMIT}, got {raw[:40]!r}")
     return value
 
 
@@ -108,7 +109,7 @@ def paging_ids(request: web.Request) -> tuple[str | None, str | None]:
     after = request.query.get("after_id") or None
     before = request.query.get("before_id") or None
     if after is not None and before is not None:
-        raise bad_request("after_id and before_id are mutually exclusive")
+        raise Invalid("after_id and before_id are mutually exclusive")
     return after, before
 
 
@@ -128,13 +129,13 @@ async def the_store(request: web.Request, *, read: bool = False) -> Store:
     pool = request.app[READ_POOL if read else POOL]
     store = await memories.resolve_store(pool, principal_of(request).workspace_id, ref)
     if store is None:
-        raise not_found(f"Memory store {ref!r} not found")
+        raise NotFound(f"Memory store {ref!r} not found")
     return store
 
 
 def check_store_fields(name: str | None, metadata: dict[str, str] | None) -> None:
     if name is not None and not is_name(name):
-        raise bad_request(
+        raise Invalid(
             f"Invalid store name {name!r}: 1-64 characters of A-Z a-z 0-9 . _ -, "
             "starting with a letter or digit"
         )
@@ -153,7 +154,7 @@ async def create_store(request: web.Request) -> web.Response:
         body.metadata, body.strip_temporal,
     )  # fmt: skip
     if store is None:
-        raise conflict(f"A memory store named {body.name!r} already exists")
+        raise Conflict(f"A memory store named {body.name!r} already exists")
     return json_response(store_object(store), status=201)
 
 
@@ -164,7 +165,7 @@ async def list_stores(request: web.Request) -> web.Response:
     anchor = after or before
     if anchor is not None and not await stores.store_exists(pool, workspace_id, anchor):
         name = "after_id" if after else "before_id"
-        raise bad_request(f"{name} {anchor!r} is not a store of this workspace")
+        raise Invalid(f"{name} {anchor!r} is not a store of this workspace")
     found, has_more = await stores.list_stores(
         pool, workspace_id, after=after or "", before=before, limit=limit
     )
@@ -182,7 +183,7 @@ async def update_store(request: web.Request) -> web.Response:
     metadata = store.metadata if body.metadata is UNSET else body.metadata
     check_store_fields(name, metadata)
     if store.name.lower() == "default" and name.lower() != "default":
-        raise conflict("The default store cannot be renamed")
+        raise Conflict("The default store cannot be renamed")
     try:
         updated = await stores.update_store(
             request.app[POOL], principal_of(request).workspace_id, store, name,
@@ -190,24 +191,24 @@ async def update_store(request: web.Request) -> web.Response:
             store.strip_temporal if body.strip_temporal is UNSET else body.strip_temporal,
         )  # fmt: skip
     except asyncpg.UniqueViolationError:
-        raise conflict(f"A memory store named {name!r} already exists") from None
+        raise Conflict(f"A memory store named {name!r} already exists") from None
     if updated is None:  # deleted since it was looked up
-        raise not_found(f"Memory store {store.id!r} not found")
+        raise NotFound(f"Memory store {store.id!r} not found")
     return json_response(store_object(updated))
 
 
 async def delete_store(request: web.Request) -> web.Response:
     force = request.query.get("force", "").lower()
     if force not in ("", "true", "false"):
-        raise bad_request("force must be true or false")
+        raise Invalid("force must be true or false")
     store = await the_store(request)
     if store.name.lower() == "default":
-        raise conflict("The default store cannot be deleted")
+        raise Conflict("The default store cannot be deleted")
     workspace = principal_of(request).workspace_id
     async with request.app[POOL].acquire() as conn, conn.transaction():
         # No count in the message: it would include memories the caller cannot read.
         if force != "true" and await stores.has_active(conn, workspace, store.id):
-            raise conflict(
+            raise Conflict(
                 f"Memory store {store.name!r} still holds active memories; "
                 "delete them first or pass force=true"
             )
@@ -223,9 +224,9 @@ async def create_memory(request: web.Request) -> web.Response:
     fields.check_text(body.content, "content")
     store = await the_store(request)
     ctx = rules.WriteContext(principal_of(request), default_tier="core")
-    item = rules.MemoryIn(text=body.content, path=body.path, metadata=body.metadata, store=store.id)
-    async with request.app[PLANNED_ONCE_POOL].acquire() as conn, conn.transaction():
-        written = await rules.write(conn, ctx, item)
+    item = items.MemoryIn(text=body.content, path=body.path, metadata=body.metadata, store=store.id)
+    pools = engine.Pools(request.app[POOL], request.app[PLANNED_ONCE_POOL])
+    [written] = await engine.apply(pools, ctx, items.Batch([items.new_memory(item)]))
     return json_response(full_object(written.memory), status=201)
 
 
@@ -244,7 +245,7 @@ async def _path_memory(
         or memory.path is None
         or memory.status == "deleted"
     ):
-        raise not_found(f"Memory {memory_id!r} not found in memory store {store.id!r}")
+        raise NotFound(f"Memory {memory_id!r} not found in memory store {store.id!r}")
     return memory
 
 
@@ -270,7 +271,7 @@ async def update_memory(request: web.Request) -> web.Response:
             conn, principal, store, request.match_info["memory_id"], for_update=True
         )
         if body.path is not UNSET and body.path != memory.path:
-            raise bad_request("path is immutable: write a new memory at the new path instead")
+            raise Invalid("path is immutable: write a new memory at the new path instead")
         content = memory.text if body.content is UNSET else body.content
         metadata = memory.metadata if body.metadata is UNSET else body.metadata
         unchanged = content == memory.text and metadata == memory.metadata
@@ -278,16 +279,16 @@ async def update_memory(request: web.Request) -> web.Response:
         # A stale precondition is fine when the request is already the stored state (a
         # retry of an update that applied): answer as if it just did.
         if stale and not unchanged:
-            raise conflict(
+            raise Conflict(
                 "content_sha256 does not match the stored content: it changed since you "
                 f"read it (stored: {memory.content_sha256})"
             )
         if not unchanged:
-            patch = rules.MemoryPatch(
+            patch = items.MemoryPatch(
                 text=UNSET if body.content is UNSET else body.content,
                 metadata=UNSET if body.metadata is UNSET else body.metadata,
             )
-            memory = await rules.patch(conn, ctx, memory.id, patch)
+            memory = await rules.patch(conn, ctx, memory.id, items.columns_of(patch))
     return json_response(full_object(memory))
 
 
@@ -332,7 +333,7 @@ async def list_memories(request: web.Request) -> web.Response:
         anchor = await stores.path_of(pool, principal, store.id, anchor_id)
         if anchor is None:
             name = "after_id" if after else "before_id"
-            raise bad_request(f"{name} {anchor_id!r} is not a memory of this store")
+            raise Invalid(f"{name} {anchor_id!r} is not a memory of this store")
     entries, has_more = await stores.list_entries(
         pool, principal, store.id, prefix=prefix,
         after=None if anchor is None or after is None else (anchor, after),

@@ -1,9 +1,10 @@
-"""The one error type and the one JSON shape every error takes.
+"""The HTTP form of every error, and the one JSON shape it takes.
 
 ``ApiError`` carries a status, a kind and a message (plus optional fields such as
-``valid`` or ``param``). ``render_error`` is the only place that builds an error body;
-the error middleware in ``service.http.middleware`` routes aiohttp's own 404/405/413 and
-unexpected exceptions through it too.
+``valid`` or ``param``). The engine raises the domain's refusals (``service.problems``);
+``api_error_of`` alone maps them to a status. ``render_error`` is the only place that
+builds an error body; the error middleware in ``service.http.middleware`` routes the
+domain's refusals, aiohttp's own 404/405/413 and unexpected exceptions through it too.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from service.http.json import json_response
+from service.problems import Conflict, Forbidden, Invalid, NotFound, Problem, Unavailable
 
 KIND_BY_STATUS = {
     400: "invalid_request_error",
@@ -52,24 +54,29 @@ class ApiError(Exception):
         self.extra = extra
 
 
-def bad_request(message: str, **extra: Any) -> ApiError:
-    return ApiError(400, message, **extra)
+# The domain's refusals (service.problems), as the HTTP API answers them.
+STATUS_OF_PROBLEM: dict[type[Problem], int] = {
+    Invalid: 400,
+    Forbidden: 403,
+    NotFound: 404,
+    Conflict: 409,
+    Unavailable: 503,
+}
 
 
-def not_found(message: str) -> ApiError:
-    return ApiError(404, message)
-
-
-def conflict(message: str, **extra: Any) -> ApiError:
-    return ApiError(409, message, **extra)
-
-
-def forbidden(message: str) -> ApiError:
-    return ApiError(403, message)
+def api_error_of(problem: Problem) -> ApiError:
+    """The HTTP form of a domain refusal: its status, kind, message and details."""
+    status = next(s for t, s in STATUS_OF_PROBLEM.items() if isinstance(problem, t))
+    headers = {}
+    if isinstance(problem, Unavailable):
+        headers["Retry-After"] = str(problem.retry_after)
+    return ApiError(status, problem.message, headers=headers, **problem.details)
 
 
 def unauthorized(message: str) -> ApiError:
-    return ApiError(401, message)
+    """A 401 with the scheme to answer it in (RFC 6750), which MCP clients and other
+    bearer-token clients read."""
+    return ApiError(401, message, headers={"WWW-Authenticate": 'Bearer realm="mneme"'})
 
 
 def render_error(error: ApiError) -> web.Response:

@@ -9,7 +9,8 @@ unexpected exception — leaves as the one error shape with a ``request-id`` hea
 
 ``access_middleware`` authenticates the key for routes that need one, applies the
 workspace rate limit, then checks the route's scope. Requests refused with 401 are not
-counted toward the rate limit, and carry ``WWW-Authenticate: Bearer`` (``challenge``).
+counted toward the rate limit, and carry ``WWW-Authenticate: Bearer``
+(``service.http.errors.unauthorized``).
 """
 
 from __future__ import annotations
@@ -29,10 +30,11 @@ from service.app_keys import (
     ROUTE_SPECS,
     SETTINGS,
 )
-from service.http.errors import KIND_BY_STATUS, ApiError, render_error
+from service.http.errors import KIND_BY_STATUS, ApiError, api_error_of, render_error, unauthorized
 from service.http.inputs import abandon_body
 from service.http.outage import RETRY_AFTER_S, is_rolled_back, is_unavailable
 from service.ids import new_id
+from service.problems import Problem
 from service.queries import keys
 from service.queries.keys import Principal
 from service.queries.ratelimit import Decision
@@ -108,11 +110,12 @@ async def context_middleware(request: web.Request, handler: Handler) -> web.Stre
     response: web.StreamResponse
     try:
         response = await handler(request)
-    except ApiError as exc:
+    except (ApiError, Problem) as exc:
+        error = api_error_of(exc) if isinstance(exc, Problem) else exc
         spec = request.app[ROUTE_SPECS].get(request.match_info.route)
         if spec is not None and spec.plain_errors:
-            exc.extra = {}
-        response = render_error(exc)
+            error.extra = {}
+        response = render_error(error)
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -161,7 +164,7 @@ async def context_middleware(request: web.Request, handler: Handler) -> web.Stre
 def _ascii(secret: str) -> str:
     # Keys are ASCII; anything else cannot be one (and may not even encode as UTF-8).
     if not secret.isascii():
-        raise ApiError(401, "Invalid or revoked API key")
+        raise unauthorized("Invalid or revoked API key")
     return secret
 
 
@@ -177,8 +180,8 @@ def presented_key(request: web.Request) -> str:
     if key is not None and key.strip():
         return _ascii(key.strip())
     if auth is not None:
-        raise ApiError(401, "The Authorization header must be 'Bearer <api key>'")
-    raise ApiError(401, "Missing API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'")
+        raise unauthorized("The Authorization header must be 'Bearer <api key>'")
+    raise unauthorized("Missing API key: send 'Authorization: Bearer <key>' or 'X-API-Key: <key>'")
 
 
 @web.middleware
@@ -188,10 +191,7 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
         return await handler(request)
 
     limits = request.app[SETTINGS].rate_limits
-    try:
-        secret = presented_key(request)
-    except ApiError as exc:
-        raise challenge(exc) from None
+    secret = presented_key(request)
     digest = keys.digest(secret)
     recent = request.app[RECENT_KEYS]
     prefetch = None
@@ -202,7 +202,7 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
         found = await keys.authenticate_and_count(request.app[PLANNED_ONCE_POOL], secret, limits)
         phase(request, "auth", time.perf_counter() - started)
         if found is None:
-            raise challenge(ApiError(401, "Invalid or revoked API key"))
+            raise unauthorized("Invalid or revoked API key")
         principal, decision = found
         if not decision.allowed or spec.scope not in principal.scopes:
             raise _refused(request, principal, decision, spec.scope)
@@ -216,13 +216,6 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
             # then discards itself.
             prefetch.cancel()
             abandon_body(request)
-
-
-def challenge(exc: ApiError) -> ApiError:
-    """A 401 with the scheme to answer it in (RFC 6750), which MCP clients and other
-    bearer-token clients read."""
-    exc.headers.setdefault("WWW-Authenticate", 'Bearer realm="mneme"')
-    return exc
 
 
 def _refused(

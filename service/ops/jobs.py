@@ -50,9 +50,11 @@ async def write_behind(app: web.Application) -> AsyncIterator[None]:
     task = asyncio.create_task(loop(), name="mneme-touch")
     yield
     await cancel(task)
-    with contextlib.suppress(Exception):  # what is pending when stopping
+    try:  # what is pending when stopping: billed units must not vanish without a word
         await meter.flush(app[POOL])
         await toucher.flush(app[POOL])
+    except Exception:
+        log.exception("could not record the last usage or last_used_at before stopping")
 
 
 JANITOR_LEASE = "janitor"

@@ -6,9 +6,9 @@ from collections.abc import Hashable, Sequence
 from dataclasses import replace
 from datetime import datetime
 
-from service.http.json import utc
 from service.queries.search import Candidate
 from service.retrieval import ranking
+from service.times import utc
 
 # verify's passes (tuned on LoCoMo multi-hop leave one conversation out,
 # bench/results/issue36-retrieval-levers.md): a candidate from a day the answer already

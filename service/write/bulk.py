@@ -1,6 +1,6 @@
 """Writing many memories at once: one statement per step for the whole batch.
 
-``write_many`` is how every batch is written (the write API, ``mneme import``). A batch
+``write_many`` is the set-based executor of the write engine (``service.write.engine``). A batch
 whose items cannot affect one another — no paths, no ``supersedes``, no two items with
 one sync identity or one text in one store — is written set-based: its stores, speakers,
 identity locks, duplicates and sync holders are each looked up in one statement, and its
@@ -8,8 +8,8 @@ new memories are inserted with their versions in one more. The outcome is the on
 item-by-item path (``service.write.rules.write``) gives: the same dedupe, upsert and
 idempotency rules, all-or-nothing, the first failing item's error. Any other batch, or
 one whose sync upserts change memories while other items look for duplicates (an upsert
-could make a memory a duplicate, or stop it being one, for an item after it), is written
-item by item.
+could make a memory a duplicate, or stop it being one, for an item after it), is left to
+the engine to write item by item.
 """
 
 from __future__ import annotations
@@ -20,51 +20,49 @@ from typing import Any
 
 import asyncpg
 
-from service.http.errors import ApiError
+from service.problems import Problem
 from service.queries import bulk, memories
 from service.queries.memories import Memory, Store
 from service.write import rules
-from service.write.rules import MemoryIn, NewMemory, WriteContext, Written
+from service.write.rules import NewMemory, WriteContext, Written
 
 
 @dataclass
 class Item:
-    """One item of a batch, checked: its columns and store, or why it is refused."""
+    """One item of a batch: its checked values, its store, or why it is refused."""
 
     index: int
     label: str
-    new: NewMemory | None = None  # None: its values are refused (``error``)
+    new: NewMemory
     store: Store | None = None
-    error: ApiError | None = None
+    error: Problem | None = None
 
-    def refuse(self, error: ApiError) -> ApiError:
-        if self.label:
-            error.message = f"{self.label}: {error.message}"
-        return error
+    def refuse(self, error: Problem) -> Problem:
+        return error.labelled(self.label)
 
     @property
     def columns(self) -> dict[str, Any]:
-        return {} if self.new is None else self.new.columns
+        return self.new.columns
 
     @property
     def provider(self) -> str:
-        assert self.new is not None
         return self.new.provider
 
     @property
     def scope(self) -> str:
-        assert self.new is not None
         return self.new.scope
 
 
 async def write_many(
-    conn: asyncpg.Connection, ctx: WriteContext, items: list[MemoryIn], labels: list[str]
-) -> list[Written]:
-    """Create, dedupe or upsert each item (inside the caller's transaction), in order;
-    ``labels`` prefix each item's error message ("memories[3]: ...")."""
+    conn: asyncpg.Connection, ctx: WriteContext, items: list[NewMemory], labels: list[str]
+) -> list[Written] | None:
+    """Create, dedupe or upsert each item set-based (inside the caller's transaction), in
+    order; ``labels`` prefix each item's error message ("memories[3]: ..."). ``None``:
+    nothing was written, the items depend on one another (``service.write.engine`` then
+    writes them one by one)."""
     checked = [await _check(conn, ctx, i, item, labels[i]) for i, item in enumerate(items)]
     if not _independent(checked):
-        return await _one_by_one(conn, ctx, items, labels)
+        return None
     await _check_speakers(conn, ctx, checked)
     valid = [c for c in checked if c.error is None]
     await memories.lock_identities(conn, [i for c in valid if (i := _identity(ctx, c)) is not None])
@@ -88,7 +86,7 @@ async def write_many(
         rules.changed(m, c.columns) for c in synced if (m := held.get(c.index)) is not None
     )
     if plain and changing:
-        return await _one_by_one(conn, ctx, items, labels)
+        return None
 
     results: dict[int, Written] = {}
     to_create: list[Item] = []
@@ -115,17 +113,16 @@ async def write_many(
 
 
 async def _check(
-    conn: asyncpg.Connection, ctx: WriteContext, index: int, item: MemoryIn, label: str
+    conn: asyncpg.Connection, ctx: WriteContext, index: int, new: NewMemory, label: str
 ) -> Item:
     """What can be checked before any write: values, store, scope. A refusal is kept, not
     raised, so that the first refused item can be found after the speakers are checked."""
-    checked = Item(index, label)
+    checked = Item(index, label, new)
     try:
-        checked.new = rules.new_memory(item)
-        checked.store = await rules.store_of(conn, ctx, checked.new.store_ref)
+        checked.store = await rules.writable_store(conn, ctx, checked.new.store_ref)
         if (refused := checked.new.refusal(ctx.principal)) is not None:
             raise refused
-    except ApiError as exc:
+    except Problem as exc:
         checked.error = exc
     return checked
 
@@ -137,7 +134,7 @@ def _independent(checked: list[Item]) -> bool:
     for c in checked:
         if c.error is not None:
             continue  # the batch is refused: which item decides is worked out in order
-        if c.new is None or c.new.supersedes is not None or "path" in c.columns:
+        if c.new.supersedes is not None or "path" in c.columns:
             return False
         store = _store(c).id
         if "provider_ref" in c.columns:
@@ -186,26 +183,14 @@ async def _create(
 ) -> list[tuple[Memory, Item]]:
     """Inserts the items' memories with their versions: one statement per set of columns
     the items set (a batch written by one client usually sets one)."""
-    groups: dict[tuple[str, ...], list[Item]] = defaultdict(list)
+    groups: dict[tuple[str, ...], list[tuple[Item, dict[str, Any]]]] = defaultdict(list)
     for c in items:
-        rules.creation_defaults(ctx, c.columns)
-        groups[tuple(sorted(c.columns))].append(c)
+        columns = rules.creation_defaults(ctx, c.columns)
+        groups[tuple(sorted(columns))].append((c, columns))
     out: list[tuple[Memory, Item]] = []
     for group in groups.values():
-        inserted = await bulk.insert(
-            conn, ctx.workspace_id, ctx.principal.key_id,
-            [_store(c).id for c in group], [c.columns for c in group],
-        )  # fmt: skip
-        out += zip(inserted, group, strict=True)
+        stores = [_store(c).id for c, _ in group]
+        rows = [columns for _, columns in group]
+        inserted = await bulk.insert(conn, ctx.workspace_id, ctx.principal.key_id, stores, rows)
+        out += zip(inserted, [c for c, _ in group], strict=True)
     return out
-
-
-async def _one_by_one(
-    conn: asyncpg.Connection, ctx: WriteContext, items: list[MemoryIn], labels: list[str]
-) -> list[Written]:
-    if len(items) > 1:
-        await rules.lock_batch(conn, ctx, items)
-    return [
-        await rules.write(conn, ctx, item, label=label)
-        for item, label in zip(items, labels, strict=True)
-    ]

@@ -1,7 +1,7 @@
 """Rules for values a client writes: text, scope, path, metadata, images.
 
-Each check raises a 400 ``ApiError`` whose message names the field and says what is
-allowed. Nothing here touches the database.
+Each check raises ``service.problems.Invalid`` (a 400 on the HTTP API) whose message names
+the field and says what is allowed. Nothing here touches the database.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import hashlib
 import re
 import unicodedata
 
-from service.http.errors import bad_request
 from service.ids import is_name
+from service.problems import Invalid
 
 MAX_TEXT_BYTES = 102_400
 MAX_PATH_BYTES = 1024
@@ -40,15 +40,15 @@ def looks_like(raw: bytes, mime_type: str) -> bool:
 def check_text(text: str, field: str = "text") -> bytes:
     """1 byte to 100 KiB of UTF-8 without NUL; returns the UTF-8 bytes."""
     if "\x00" in text:
-        raise bad_request(f"{field} must not contain NUL characters", param=field)
+        raise Invalid(f"{field} must not contain NUL characters", param=field)
     try:
         raw = text.encode("utf-8")
     except UnicodeEncodeError:
-        raise bad_request(f"{field} is not valid UTF-8 (lone surrogate)", param=field) from None
+        raise Invalid(f"{field} is not valid UTF-8 (lone surrogate)", param=field) from None
     if not raw:
-        raise bad_request(f"{field} must not be empty", param=field)
+        raise Invalid(f"{field} must not be empty", param=field)
     if len(raw) > MAX_TEXT_BYTES:
-        raise bad_request(
+        raise Invalid(
             f"{field} is {len(raw)} bytes; the limit is {MAX_TEXT_BYTES} bytes of UTF-8",
             param=field,
         )
@@ -68,7 +68,7 @@ SPEAKER_NAME = re.compile("[^ \x00-\x1f\x7f-\x9f](?:[^\x00-\x1f\x7f-\x9f]*[^ \x0
 def check_speaker_name(name: str) -> str:
     """A speaker's name, as registering it requires (over HTTP or by an import)."""
     if len(name) > MAX_SPEAKER_CHARS or not SPEAKER_NAME.fullmatch(name):
-        raise bad_request(
+        raise Invalid(
             f"Speaker names are 1-{MAX_SPEAKER_CHARS} characters without control characters "
             "or leading or trailing spaces",
             param="name",
@@ -83,7 +83,7 @@ INT4_MAX = 2**31 - 1
 
 def check_length(value: str, field: str, limit: int) -> str:
     if len(value) > limit:
-        raise bad_request(f"{field} is longer than {limit} characters", param=field)
+        raise Invalid(f"{field} is longer than {limit} characters", param=field)
     return value
 
 
@@ -104,11 +104,11 @@ def whole_number(value: float, field: str, lo: int, hi: int) -> int:
     """An integer field, which JSON may also spell ``3.0`` (JSON Schema's integers include
     it): a whole number from ``lo`` to ``hi``, else a 400."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise bad_request(f"{field} must be an integer from {lo} to {hi}", param=field)
+        raise Invalid(f"{field} must be an integer from {lo} to {hi}", param=field)
     if isinstance(value, float) and not value.is_integer():
-        raise bad_request(f"{field} must be a whole number, got {value}", param=field)
+        raise Invalid(f"{field} must be a whole number, got {value}", param=field)
     if not lo <= value <= hi:
-        raise bad_request(
+        raise Invalid(
             f"{field} must be from {lo} to {hi}, got {value}: out-of-range values are refused, "
             "not clamped",
             param=field,
@@ -132,7 +132,7 @@ def check_scope(scope: str) -> str:
         parts = rest.split(":")
         ok = len(parts) == 2 and all(is_name(p) for p in parts)
     if not ok:
-        raise bad_request(
+        raise Invalid(
             f"Invalid scope {scope!r}: use 'workspace', 'room:<roomId>' or "
             "'pair:<humanId>:<agentId>'",
             param="scope",
@@ -142,7 +142,7 @@ def check_scope(scope: str) -> str:
 
 def check_choice(value: str, valid: tuple[str, ...], field: str) -> str:
     if value not in valid:
-        raise bad_request(
+        raise Invalid(
             f"Invalid {field} {value!r}; valid values: {', '.join(valid)}",
             param=field,
             valid=list(valid),
@@ -153,40 +153,40 @@ def check_choice(value: str, valid: tuple[str, ...], field: str) -> str:
 def check_path(path: str) -> str:
     """SPEC §3.4: 1 to 1024 UTF-8 bytes, NFC, relative, no empty/./.. segments, no controls."""
     if not path:
-        raise bad_request("path must not be empty", param="path")
+        raise Invalid("path must not be empty", param="path")
     if any(unicodedata.category(ch) == "Cc" for ch in path):
-        raise bad_request("path must not contain control characters", param="path")
+        raise Invalid("path must not contain control characters", param="path")
     try:
         size = len(path.encode("utf-8"))
     except UnicodeEncodeError:
-        raise bad_request("path is not valid UTF-8 (lone surrogate)", param="path") from None
+        raise Invalid("path is not valid UTF-8 (lone surrogate)", param="path") from None
     if size > MAX_PATH_BYTES:
-        raise bad_request(f"path is {size} bytes; the limit is {MAX_PATH_BYTES}", param="path")
+        raise Invalid(f"path is {size} bytes; the limit is {MAX_PATH_BYTES}", param="path")
     if unicodedata.normalize("NFC", path) != path:
-        raise bad_request("path must be in Unicode NFC form", param="path")
+        raise Invalid("path must be in Unicode NFC form", param="path")
     if path.startswith("/"):
-        raise bad_request("path must be relative: no leading '/'", param="path")
+        raise Invalid("path must be relative: no leading '/'", param="path")
     for segment in path.split("/"):
         if segment in ("", ".", ".."):
-            raise bad_request(f"path {path!r} has an empty, '.' or '..' segment", param="path")
+            raise Invalid(f"path {path!r} has an empty, '.' or '..' segment", param="path")
     return path
 
 
 def check_metadata(metadata: dict[str, str]) -> dict[str, str]:
     if len(metadata) > MAX_METADATA_KEYS:
-        raise bad_request(
+        raise Invalid(
             f"metadata has {len(metadata)} keys; at most {MAX_METADATA_KEYS} are allowed",
             param="metadata",
         )
     for key, value in metadata.items():
         if "\x00" in key or "\x00" in value:
-            raise bad_request("metadata must not contain NUL characters", param="metadata")
+            raise Invalid("metadata must not contain NUL characters", param="metadata")
     return metadata
 
 
 def check_importance(value: float) -> float:
     if not 0.0 <= value <= 1.0:
-        raise bad_request(f"importance must be between 0 and 1, got {value}", param="importance")
+        raise Invalid(f"importance must be between 0 and 1, got {value}", param="importance")
     return float(value)
 
 
@@ -194,13 +194,13 @@ def decode_image(data: str, mime_type: str) -> bytes:
     """Base64 media of a supported type, at most 5 MiB decoded, whose bytes match the type."""
     check_choice(mime_type, tuple(IMAGE_MAGIC), "image.mimeType")
     if len(data) > (MAX_IMAGE_BYTES * 4) // 3 + 8:
-        raise bad_request("image is larger than 5 MiB", param="image")
+        raise Invalid("image is larger than 5 MiB", param="image")
     try:
         raw = base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
-        raise bad_request("image.data is not valid base64", param="image.data") from None
+        raise Invalid("image.data is not valid base64", param="image.data") from None
     if len(raw) > MAX_IMAGE_BYTES:
-        raise bad_request("image is larger than 5 MiB", param="image")
+        raise Invalid("image is larger than 5 MiB", param="image")
     if not looks_like(raw, mime_type):
-        raise bad_request(f"image.data is not a {mime_type} image", param="image.data")
+        raise Invalid(f"image.data is not a {mime_type} image", param="image.data")
     return raw

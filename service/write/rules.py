@@ -1,8 +1,8 @@
-"""The write path: create (one or a batch), upsert, dedupe, patch, delete, purge.
+"""The write rules, and the one-by-one executor: create, dedupe, upsert; patch, delete, purge.
 
-Used by the HTTP write API, the Memory Store face and ``mneme import`` alike, so every
-way in follows the same rules; ``service.write.bulk`` writes a batch set-based where that
-gives the same outcome as these functions item by item. Each function runs inside the
+Every write comes through the write engine (``service.write.engine``), so every way in
+follows the same rules; ``service.write.bulk`` writes a batch set-based where that gives
+the same outcome as ``write`` item by item. Each function runs inside the
 caller's transaction; a batch is all-or-nothing because the first failing item raises
 and the transaction rolls back. What every change to memories must also do — stamp the
 store's version (the search cache) and wake the embedding workers — triggers on
@@ -16,18 +16,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
-import msgspec
-from msgspec import UNSET, UnsetType
 
-from service.http.errors import ApiError, bad_request, conflict, forbidden, not_found
-from service.http.inputs import check_strings, decode_json, string_problem
-from service.http.times import parse_time
+from service.decoding import string_problem
+from service.problems import Conflict, Forbidden, Invalid, NotFound, Problem
 from service.queries import memories
 from service.queries.keys import Principal
 from service.queries.memories import Memory, Store
-from service.write import fields, supersession
+from service.write import supersession
 
-MAX_BATCH = 500
 # What a new memory takes when a write omits it: the store every workspace has
 # (queries/tenancy.py) and the schema's column defaults (0001_schema.sql), which
 # tests/test_write_rules.py holds these to.
@@ -36,55 +32,6 @@ DEFAULT_PROVIDER = "mneme"
 DEFAULT_SCOPE = "workspace"
 # Text, path, metadata, status and scope changes are what the audit trail records.
 VERSIONED = ("text", "path", "metadata", "status", "scope")
-
-
-class ImageIn(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
-    data: str
-    mime_type: str
-
-
-class MemoryIn(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
-    """A memory as written: camelCase, every field optional so an upsert can omit it."""
-
-    text: str | UnsetType = UNSET
-    store: str | UnsetType = UNSET
-    scope: str | UnsetType = UNSET
-    tier: str | UnsetType = UNSET
-    fact_type: str | UnsetType | None = UNSET
-    status: str | UnsetType = UNSET
-    provider: str | UnsetType = UNSET
-    provider_ref: str | UnsetType | None = UNSET
-    entity_refs: list[str] | UnsetType = UNSET
-    proof_count: int | float | UnsetType | None = UNSET  # whole numbers: fields.whole_number
-    category: str | UnsetType = UNSET
-    importance: float | UnsetType = UNSET
-    speaker: str | UnsetType | None = UNSET
-    event_date: str | UnsetType | None = UNSET
-    first_seen_at: str | UnsetType = UNSET
-    last_used_at: str | UnsetType = UNSET
-    supersedes: str | UnsetType | None = UNSET
-    path: str | UnsetType | None = UNSET
-    metadata: dict[str, str] | UnsetType = UNSET
-    expires_at: str | UnsetType | None = UNSET
-    transitory: bool | UnsetType = UNSET
-    image: ImageIn | UnsetType | None = UNSET
-
-
-class MemoryPatch(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
-    text: str | UnsetType = UNSET
-    status: str | UnsetType = UNSET
-    scope: str | UnsetType = UNSET
-    tier: str | UnsetType = UNSET
-    fact_type: str | UnsetType | None = UNSET
-    importance: float | UnsetType = UNSET
-    category: str | UnsetType = UNSET
-    metadata: dict[str, str] | UnsetType = UNSET
-    expires_at: str | UnsetType | None = UNSET
-    transitory: bool | UnsetType = UNSET
-    entity_refs: list[str] | UnsetType = UNSET
-    proof_count: int | float | UnsetType | None = UNSET  # whole numbers: fields.whole_number
-    event_date: str | UnsetType | None = UNSET
-    speaker: str | UnsetType | None = UNSET
 
 
 @dataclass(frozen=True)
@@ -134,70 +81,25 @@ class NewMemory:
         strings = [self.store_ref, *(self.columns.get(c) or "" for c in looked_up)]
         return all(string_problem(s) is None for s in strings)
 
-    def refusal(self, principal: Principal) -> ApiError | None:
+    def refusal(self, principal: Principal) -> Problem | None:
         """Why this caller may not write it, once its store is found: a scope its key
         cannot read, or no text where it is not a sync write (which may be an upsert)."""
         if "scope" in self.columns:
             try:
                 check_writable_scope(principal, self.scope)
-            except ApiError as exc:
+            except Problem as exc:
                 return exc
         if "provider_ref" not in self.columns and "text" not in self.columns:
             return text_required()
         return None
 
 
-def new_memory(item: MemoryIn) -> NewMemory:
-    """The checked values of a memory to write: 400 for the first that is wrong."""
-    supersedes = item.supersedes if isinstance(item.supersedes, str) else None
-    store_ref = item.store if item.store is not UNSET else DEFAULT_STORE
-    return NewMemory(columns_of_new(item), store_ref, supersedes)
-
-
-@dataclass
-class Decoded:
-    """A write's body: its memories, whether it was a batch, and the first batch item that
-    does not decode (``items`` are those before it). That item's 400 is the batch's answer
-    only if every item before it passes: the first failing item decides, and whether an
-    earlier one names an unknown store or speaker is known only once it is written."""
-
-    items: list[MemoryIn]
-    batch: bool
-    refused: ApiError | None = None
-
-    def raise_refused(self) -> None:
-        if self.refused is not None:
-            raise self.refused
-
-
-def decode_items(raw: bytes) -> Decoded:
-    """One memory object or ``{"memories": [...]}``."""
-    # NUL in strings is checked item by item (``write``): the first failing item decides.
-    top = decode_json(raw, dict[str, msgspec.Raw], strings=False)
-    if "memories" not in top:
-        return Decoded([decode_json(raw, MemoryIn, what="Memory", strings=False)], False)
-    extra = sorted(set(top) - {"memories"})
-    if extra:
-        raise bad_request(f"A batch body has only 'memories'; unexpected: {', '.join(extra)}")
-    parts = decode_json(top["memories"], list[msgspec.Raw], what="memories", strings=False)
-    if not 1 <= len(parts) <= MAX_BATCH:
-        raise bad_request(f"A batch holds 1 to {MAX_BATCH} memories, got {len(parts)}")
-    decoded = Decoded([], True)
-    for i, part in enumerate(parts):
-        try:
-            decoded.items.append(decode_json(part, MemoryIn, what=f"memories[{i}]", strings=False))
-        except ApiError as exc:
-            decoded.refused = exc
-            break
-    if not decoded.items:
-        decoded.raise_refused()
-    return decoded
-
-
 # --- checks that need the database ------------------------------------------------------------
 
 
-async def store_of(conn: asyncpg.Connection, ctx: WriteContext, ref: str) -> Store:
+async def writable_store(conn: asyncpg.Connection, ctx: WriteContext, ref: str) -> Store:
+    """The store ``ref`` (an id, or a name in any case) names, locked for a write; each
+    looked up once per request (``ctx.stores``)."""
     key = ref.lower() if not ref.startswith("memstore_") else ref
     store = ctx.stores.get(key)
     if store is None:
@@ -219,7 +121,7 @@ def check_writable_scope(principal: Principal, scope: str) -> None:
         return
     if kind == "pair" and principal.member in rest.split(":"):
         return
-    raise forbidden(f"This key cannot write into scope {scope!r}: its member cannot read it")
+    raise Forbidden(f"This key cannot write into scope {scope!r}: its member cannot read it")
 
 
 async def check_speaker(
@@ -233,113 +135,29 @@ async def check_speaker(
         raise unregistered_speaker(store.id, store.name, speaker)
 
 
-def unregistered_speaker(store_id: str, store_name: str, speaker: str) -> ApiError:
-    return not_found(
+def unregistered_speaker(store_id: str, store_name: str, speaker: str) -> Problem:
+    return NotFound(
         f"Speaker {speaker!r} is not registered in store {store_name!r}; "
         f"register it with POST /api/v1/stores/{store_id}/speakers"
     )
 
 
-def store_not_found(ref: str) -> ApiError:
-    return not_found(f"Store {ref!r} not found")
+def store_not_found(ref: str) -> Problem:
+    return NotFound(f"Store {ref!r} not found")
 
 
-def text_required() -> ApiError:
-    return bad_request("text is required", param="text")
+def text_required() -> Problem:
+    return Invalid("text is required", param="text")
 
 
-def held_elsewhere(columns: dict[str, Any], provider: str, store: Store) -> ApiError:
+def held_elsewhere(columns: dict[str, Any], provider: str, store: Store) -> Problem:
     """A sync identity held by a memory the caller cannot read: it is unique per store,
     so this write cannot have it either; say no more than that it is taken (not by what,
     in which scope, saying what)."""
-    return conflict(
+    return Conflict(
         f"providerRef {columns['provider_ref']!r} of provider {provider!r} is already "
         f"used in store {store.name!r} by a memory this key cannot access"
     )
-
-
-# --- turning a request into columns -----------------------------------------------------------
-
-
-def _time(value: str | None, name: str) -> datetime | None:
-    return None if value is None else parse_time(value, name)
-
-
-def columns_of(item: MemoryIn | MemoryPatch) -> dict[str, Any]:
-    """The validated columns an item sets (omitted fields are absent, not null)."""
-    c: dict[str, Any] = {}
-    if item.text is not UNSET:
-        raw = fields.check_text(item.text)
-        c.update(text=item.text, content_sha256=fields.sha256_hex(raw), content_size_bytes=len(raw))
-    if item.scope is not UNSET:
-        c["scope"] = fields.check_scope(item.scope)
-    if item.tier is not UNSET:
-        c["tier"] = fields.check_choice(item.tier, fields.TIERS, "tier")
-    if item.status is not UNSET:
-        c["status"] = fields.check_choice(item.status, fields.STATUSES, "status")
-    if item.fact_type is not UNSET:
-        c["fact_type"] = item.fact_type
-    if item.importance is not UNSET:
-        c["importance"] = fields.check_importance(item.importance)
-    if item.category is not UNSET:
-        if fields.is_blank(item.category):
-            raise bad_request("category must not be empty", param="category")
-        c["category"] = item.category
-    if item.metadata is not UNSET:
-        c["metadata"] = fields.check_metadata(item.metadata)
-    if item.expires_at is not UNSET:
-        c["expires_at"] = _time(item.expires_at, "expiresAt")
-    if item.transitory is not UNSET:
-        c["transitory"] = item.transitory
-    if item.entity_refs is not UNSET:
-        c["entity_refs"] = item.entity_refs
-    if item.proof_count is not UNSET:
-        c["proof_count"] = (
-            None
-            if item.proof_count is None
-            else fields.whole_number(item.proof_count, "proofCount", 0, fields.INT4_MAX)
-        )
-    if item.event_date is not UNSET:
-        c["event_date"] = _time(item.event_date, "eventDate")
-    if item.speaker is not UNSET:
-        c["speaker"] = item.speaker
-    if isinstance(item, MemoryIn):
-        c.update(_columns_of_new_only(item))
-    return c
-
-
-def _columns_of_new_only(item: MemoryIn) -> dict[str, Any]:
-    """The columns only a write (not a patch) may set: identity, path, times, image."""
-    c: dict[str, Any] = {}
-    if item.provider is not UNSET:
-        if fields.is_blank(item.provider):
-            raise bad_request("provider must not be empty", param="provider")
-        c["provider"] = fields.check_length(item.provider, "provider", fields.MAX_PROVIDER_CHARS)
-    if item.provider_ref not in (UNSET, None):
-        assert isinstance(item.provider_ref, str)
-        c["provider_ref"] = fields.check_length(
-            item.provider_ref, "providerRef", fields.MAX_PROVIDER_REF_CHARS
-        )
-    if item.path not in (UNSET, None):
-        assert isinstance(item.path, str)
-        c["path"] = fields.check_path(item.path)
-    if item.first_seen_at is not UNSET:
-        c["first_seen_at"] = parse_time(item.first_seen_at, "firstSeenAt")
-    if item.last_used_at is not UNSET:
-        c["last_used_at"] = parse_time(item.last_used_at, "lastUsedAt")
-    if isinstance(item.image, ImageIn):
-        c.update(
-            kind="image",
-            media=fields.decode_image(item.image.data, item.image.mime_type),
-            media_type=item.image.mime_type,
-        )
-    return c
-
-
-def columns_of_new(item: MemoryIn) -> dict[str, Any]:
-    """A new memory's checked columns (strings first: no NUL or lone surrogate)."""
-    check_strings(item)
-    return columns_of(item)
 
 
 def changed(memory: Memory, columns: dict[str, Any]) -> dict[str, Any]:
@@ -383,19 +201,18 @@ def identity_of(
     return (ctx.workspace_id, store_id, "", content_sha256)  # "": no provider is blank
 
 
-async def lock_batch(conn: asyncpg.Connection, ctx: WriteContext, items: list[MemoryIn]) -> None:
+async def lock_batch(conn: asyncpg.Connection, ctx: WriteContext, items: list[NewMemory]) -> None:
     """Take the identity locks every item of a batch will need, in one sorted order,
     before writing any: two batches sharing texts or references in different orders
     would otherwise each hold a lock the other waits for (a deadlock). An item whose key
     cannot be worked out (bad text, unknown store) takes none: it fails in its turn."""
     identities = []
-    for item in items:
+    for new in items:
         try:
-            new = new_memory(item)
             if not new.storable():
                 continue  # they are looked up or locked in SQL: the item fails in its turn
-            store = await store_of(conn, ctx, new.store_ref)
-        except ApiError:
+            store = await writable_store(conn, ctx, new.store_ref)
+        except Problem:
             continue
         if (identity := _identity(ctx, store, new)) is not None:
             identities.append(identity)
@@ -409,20 +226,17 @@ def _identity(ctx: WriteContext, store: Store, new: NewMemory) -> memories.Ident
 
 
 async def write(
-    conn: asyncpg.Connection, ctx: WriteContext, item: MemoryIn, *, label: str = ""
+    conn: asyncpg.Connection, ctx: WriteContext, new: NewMemory, *, label: str = ""
 ) -> Written:
     """Create, dedupe or upsert one memory (inside the caller's transaction)."""
     try:
-        return await _write(conn, ctx, item)
-    except ApiError as exc:
-        if label:
-            exc.message = f"{label}: {exc.message}"
-        raise
+        return await _write(conn, ctx, new)
+    except Problem as exc:
+        raise exc.labelled(label) from None
 
 
-async def _write(conn: asyncpg.Connection, ctx: WriteContext, item: MemoryIn) -> Written:
-    new = new_memory(item)
-    store = await store_of(conn, ctx, new.store_ref)
+async def _write(conn: asyncpg.Connection, ctx: WriteContext, new: NewMemory) -> Written:
+    store = await writable_store(conn, ctx, new.store_ref)
     if (refused := new.refusal(ctx.principal)) is not None:
         raise refused
     if new.columns.get("speaker") is not None:
@@ -433,7 +247,7 @@ async def _write(conn: asyncpg.Connection, ctx: WriteContext, item: MemoryIn) ->
             conn, ctx.principal, new.supersedes, for_update=True
         )
         if superseded is None:
-            raise not_found(f"Memory {new.supersedes!r} (supersedes) not found")
+            raise NotFound(f"Memory {new.supersedes!r} (supersedes) not found")
     if (identity := _identity(ctx, store, new)) is not None:
         await memories.lock_identities(conn, [identity])
     if "provider_ref" in new.columns:
@@ -483,23 +297,25 @@ async def _create(
 ) -> Written:
     if "text" not in columns:
         raise text_required()
-    creation_defaults(ctx, columns)
+    columns = creation_defaults(ctx, columns)
     try:
         async with conn.transaction():  # a savepoint: a path conflict must not poison the batch
             memory = await memories.insert(conn, ctx.workspace_id, store.id, columns)
     except asyncpg.UniqueViolationError:
-        raise conflict(f"An active memory already has path {columns.get('path')!r}") from None
+        raise Conflict(f"An active memory already has path {columns.get('path')!r}") from None
     await memories.add_version(conn, ctx.workspace_id, memory, "created", ctx.principal.key_id)
     return Written(memory, created=True)
 
 
-def creation_defaults(ctx: WriteContext, columns: dict[str, Any]) -> None:
-    """What a new memory takes that an update would not."""
-    columns.setdefault("tier", ctx.default_tier)
+def creation_defaults(ctx: WriteContext, columns: dict[str, Any]) -> dict[str, Any]:
+    """``columns`` with what a new memory takes that an update would not (a copy: the
+    item's own columns stay as written, for the path that may write it next)."""
+    created = {"tier": ctx.default_tier, **columns}
     # SPEC: last_used_at starts equal to first_seen_at. Only at creation: a sync that
     # sends a memory again with its firstSeenAt must not reset when it was last used.
-    if "first_seen_at" in columns:
-        columns.setdefault("last_used_at", columns["first_seen_at"])
+    if "first_seen_at" in created:
+        created.setdefault("last_used_at", created["first_seen_at"])
+    return created
 
 
 async def upsert(
@@ -509,16 +325,14 @@ async def upsert(
     scope a key can read is one it may write into."""
     changes = changed(existing, columns)
     if "path" in changes:  # as on the Memory Store face: a memory's path is fixed at its write
-        raise bad_request(
-            "path is immutable: write a new memory at the new path instead", param="path"
-        )
+        raise Invalid("path is immutable: write a new memory at the new path instead", param="path")
     if not changes:
         return Written(existing, upserted=True)
     try:
         async with conn.transaction():
             memory = await memories.update(conn, ctx.workspace_id, existing.id, changes)
     except asyncpg.UniqueViolationError:
-        raise conflict(f"An active memory already has path {columns.get('path')!r}") from None
+        raise Conflict(f"An active memory already has path {columns.get('path')!r}") from None
     operation = version_operation(existing, memory)
     if operation is not None:
         await memories.add_version(conn, ctx.workspace_id, memory, operation, ctx.principal.key_id)
@@ -529,16 +343,16 @@ async def upsert(
 
 
 async def patch(
-    conn: asyncpg.Connection, ctx: WriteContext, memory_id: str, body: MemoryPatch
+    conn: asyncpg.Connection, ctx: WriteContext, memory_id: str, columns: dict[str, Any]
 ) -> Memory:
+    """Change what ``columns`` set (``items.columns_of`` a patch: checked values)."""
     existing = await memories.get_readable(conn, ctx.principal, memory_id, for_update=True)
     if existing is None:
-        raise not_found(f"Memory {memory_id!r} not found")
-    columns = columns_of(body)
+        raise NotFound(f"Memory {memory_id!r} not found")
     if "scope" in columns:
         check_writable_scope(ctx.principal, columns["scope"])
     if columns.get("speaker") is not None:
-        store = await store_of(conn, ctx, existing.store_id)
+        store = await writable_store(conn, ctx, existing.store_id)
         await check_speaker(conn, ctx, store, columns["speaker"])
     changes = changed(existing, columns)
     if not changes:
@@ -551,7 +365,7 @@ async def patch(
             memory = await memories.update(conn, ctx.workspace_id, existing.id, changes)
     except asyncpg.UniqueViolationError:
         # Restoring a deleted path-addressed memory whose path has been taken again.
-        raise conflict(f"An active memory already has path {existing.path!r}") from None
+        raise Conflict(f"An active memory already has path {existing.path!r}") from None
     operation = version_operation(existing, memory)
     if operation is not None:
         await memories.add_version(conn, ctx.workspace_id, memory, operation, ctx.principal.key_id)
@@ -577,7 +391,7 @@ async def delete(conn: asyncpg.Connection, ctx: WriteContext, memory_id: str) ->
     """Tombstone: status ``deleted``, kept for sync. Deleting twice changes nothing."""
     existing = await memories.get_readable(conn, ctx.principal, memory_id, for_update=True)
     if existing is None:
-        raise not_found(f"Memory {memory_id!r} not found")
+        raise NotFound(f"Memory {memory_id!r} not found")
     if existing.status == "deleted":
         return existing
     memory = await memories.update(conn, ctx.workspace_id, existing.id, {"status": "deleted"})
@@ -589,5 +403,5 @@ async def purge(conn: asyncpg.Connection, ctx: WriteContext, memory_id: str) -> 
     """Erase the memory, its media, vectors and versions for good."""
     existing = await memories.get_readable(conn, ctx.principal, memory_id, for_update=True)
     if existing is None:
-        raise not_found(f"Memory {memory_id!r} not found")
+        raise NotFound(f"Memory {memory_id!r} not found")
     await memories.purge(conn, ctx.workspace_id, existing.id)

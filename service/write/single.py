@@ -1,6 +1,6 @@
 """One new memory, written in as few round trips as the write rules allow.
 
-The general path (``service.write.bulk.write_many``) takes seven round trips for one memory:
+The general path (``service.write.engine.apply_in``) takes seven round trips for one memory:
 BEGIN, the store, its speakers, the identity lock, the holder or duplicate, the insert,
 COMMIT. A single write without an Idempotency-Key, a path or ``supersedes`` — what an
 agent sends on every turn — keeps every rule in fewer:
@@ -25,13 +25,12 @@ import asyncpg
 
 from service.queries import single
 from service.write import rules
-from service.write.rules import MemoryIn, WriteContext, Written
+from service.write.rules import NewMemory, WriteContext, Written
 
 
-async def create(conn: asyncpg.Connection, ctx: WriteContext, item: MemoryIn) -> Written | None:
-    """Write ``item`` (a connection outside any transaction), or ``None``: nothing was
+async def create(conn: asyncpg.Connection, ctx: WriteContext, new: NewMemory) -> Written | None:
+    """Write ``new`` (a connection outside any transaction), or ``None``: nothing was
     written, and the general path is to write it."""
-    new = rules.new_memory(item)
     columns, store = new.columns, new.store_ref
     if (
         "text" not in columns
@@ -41,7 +40,7 @@ async def create(conn: asyncpg.Connection, ctx: WriteContext, item: MemoryIn) ->
         or new.refusal(ctx.principal) is not None
     ):
         return None
-    rules.creation_defaults(ctx, columns)
+    columns = rules.creation_defaults(ctx, columns)
     actor = ctx.principal.key_id
     speaker = columns.get("speaker")
     if "provider_ref" in columns:

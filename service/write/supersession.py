@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncpg
 
-from service.http.errors import bad_request
+from service.problems import Invalid
 from service.queries import memories
 from service.queries.memories import Memory
 
@@ -25,7 +25,7 @@ def covers(replacement: str, replaced: str) -> bool:
 def check_supersedes(replacement: Memory, replaced: Memory) -> None:
     """A write's ``supersedes``: the writer reads both, so naming the scopes is safe."""
     if not covers(replacement.scope, replaced.scope):
-        raise bad_request(
+        raise Invalid(
             f"A memory in scope {replacement.scope!r} cannot supersede one in scope "
             f"{replaced.scope!r}: its readers would not see the replacement. Write the "
             "replacement in the same scope or in 'workspace'",
@@ -40,13 +40,13 @@ async def check_scope_change(
     be unreadable to the caller, so the message names neither it nor its scope)."""
     links = await memories.supersession_scopes(conn, workspace_id, memory)
     if links.superseder is not None and not covers(links.superseder, scope):
-        raise bad_request(
+        raise Invalid(
             "scope: the memory that supersedes this one would not be readable by all of "
             "its readers there",
             param="scope",
         )
     if any(not covers(scope, replaced) for replaced in links.superseded):
-        raise bad_request(
+        raise Invalid(
             "scope: this memory supersedes a memory whose readers would not all read it there",
             param="scope",
         )

@@ -17,14 +17,13 @@ from typing import Any
 import asyncpg
 import msgspec
 
-from service.http.errors import ApiError
-from service.http.inputs import decode_json
-from service.http.json import iso, iso_or_none
+from service.decoding import decode_json
+from service.problems import Problem
 from service.queries import memories
 from service.queries.keys import Principal
 from service.queries.named import NamedSQL
-from service.write import fields, rules
-from service.write.bulk import write_many
+from service.times import iso, iso_or_none
+from service.write import engine, fields, items, rules
 
 BATCH = 500
 
@@ -91,7 +90,7 @@ class ImportResult:
     through: int = 0  # the last line of the last batch committed (0: none yet)
 
 
-class ImportError_(Exception):
+class ImportRefused(Exception):
     """A line that the write rules refuse; names the line number. ``through``: the last
     line committed before it (the batches before the refused one stay imported)."""
 
@@ -112,6 +111,28 @@ def service_principal(workspace_id: str, actor: str) -> Principal:
     )
 
 
+async def register_speakers(
+    conn: asyncpg.Connection,
+    workspace_id: str,
+    store_id: str,
+    lines: list[tuple[int, items.MemoryIn]],
+) -> int:
+    """Register the speakers the lines name, by the same rules as POST .../speakers; how
+    many were new. A name those rules refuse is refused as its first line."""
+    named: dict[str, int] = {}  # each speaker, and the first line naming it
+    for number, item in lines:
+        if isinstance(item.speaker, str) and item.speaker != "me":
+            named.setdefault(item.speaker, number)
+    added = 0
+    for speaker, number in sorted(named.items()):
+        try:
+            fields.check_speaker_name(speaker)
+        except Problem as exc:
+            raise exc.labelled(f"line {number}") from None
+        added += await memories.add_speaker(conn, workspace_id, store_id, speaker) is not None
+    return added
+
+
 async def import_lines(
     pool: asyncpg.Pool,
     workspace_id: str,
@@ -127,29 +148,21 @@ async def import_lines(
     """
     result = ImportResult()
     principal = service_principal(workspace_id, "cli:import")
-    batch: list[tuple[int, rules.MemoryIn]] = []
+    batch: list[tuple[int, items.MemoryIn]] = []
 
     async def flush() -> None:
         async with pool.acquire() as conn, conn.transaction():
-            if create_speakers:
-                named: dict[str, int] = {}  # each speaker, and the first line naming it
-                for number, item in batch:
-                    if isinstance(item.speaker, str) and item.speaker != "me":
-                        named.setdefault(item.speaker, number)
-                for speaker, number in sorted(named.items()):
-                    try:  # registered by the same rules as POST .../speakers
-                        fields.check_speaker_name(speaker)
-                    except ApiError as exc:
-                        refused = f"line {number}: {exc.message}"
-                        raise ImportError_(refused, result.through) from None
-                    added = await memories.add_speaker(conn, workspace_id, store.id, speaker)
-                    result.speakers_registered += added is not None
-            items = [item for _, item in batch]
-            labels = [f"line {number}" for number, _ in batch]
+            checked = items.Batch([], batch=True)
+            for number, item in batch:
+                if not checked.add(item, f"line {number}"):
+                    break
             try:
-                written = await write_many(conn, rules.WriteContext(principal), items, labels)
-            except ApiError as exc:
-                raise ImportError_(exc.message, result.through) from None
+                if create_speakers:
+                    added = await register_speakers(conn, workspace_id, store.id, batch)
+                    result.speakers_registered += added
+                written = await engine.apply_in(conn, rules.WriteContext(principal), checked)
+            except Problem as exc:
+                raise ImportRefused(exc.message, result.through) from None
             for done in written:
                 result.created += done.created
                 result.deduplicated += done.deduplicated
@@ -162,9 +175,9 @@ async def import_lines(
         if not raw.strip():
             continue
         try:
-            item = decode_json(raw, rules.MemoryIn, what="Memory")
-        except ApiError as exc:
-            raise ImportError_(f"line {number}: {exc.message}", result.through) from None
+            item = decode_json(raw, items.MemoryIn, what="Memory")
+        except Problem as exc:
+            raise ImportRefused(f"line {number}: {exc.message}", result.through) from None
         item.store = store.id
         batch.append((number, item))
         if len(batch) >= BATCH:

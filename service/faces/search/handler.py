@@ -25,9 +25,9 @@ from service.faces.search import billing, cache
 from service.faces.search.models import MemoryModel, pick_model
 from service.faces.search.request import MAX_QUERY_BYTES, SearchRequest, parse_request
 from service.faces.search.retrieve import retrieve_and_render
-from service.http.errors import ApiError, not_found
 from service.http.inputs import body_of
 from service.http.middleware import phase, principal_of
+from service.problems import NotFound, Unavailable
 from service.queries import memories as memories_sql
 from service.queries import search as search_sql
 from service.queries.memories import Store
@@ -150,7 +150,7 @@ async def _store_of(
     )  # fmt: skip
     phase(request, "store", time.perf_counter() - started)
     if found is None:
-        raise not_found(f"Store {req.store_ref!r} not found")
+        raise NotFound(f"Store {req.store_ref!r} not found")
     store, profile = found
     # A small store unchanged since its snapshot was read is ranked from the snapshot; a
     # changed one by the SQL arms, while a new snapshot is read in the background.
@@ -163,7 +163,7 @@ async def _store_of(
     if req.speaker is not None and not await memories_sql.speaker_exists(
         read, principal.workspace_id, store.id, req.speaker
     ):
-        raise not_found(f"Speaker {req.speaker!r} is not registered in store {store.name!r}")
+        raise NotFound(f"Speaker {req.speaker!r} is not registered in store {store.name!r}")
     return store, profile, snapshot, snapshots.Reader(principal, scopes)
 
 
@@ -171,8 +171,9 @@ def _embedder(request: web.Request) -> Embedder:
     """The embedding model; a 503 while it is still loading."""
     slot = request.app[EMBEDDER]
     if slot.queries is None or slot.embedder is None:
-        raise ApiError(503, "The embedding model is still loading; retry in a few seconds",
-                       headers={"Retry-After": "5"})  # fmt: skip
+        raise Unavailable(
+            "The embedding model is still loading; retry in a few seconds", retry_after=5
+        )
     return slot.embedder
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from service.http.errors import bad_request
+from service.problems import Invalid
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ def pick_model(header: str | None) -> MemoryModel:
     if model is None:
         names = [m.name for m in MODELS.values()]
         # The header's value is not repeated: header values never appear in a body.
-        raise bad_request(
+        raise Invalid(
             f"Unknown memory model in X-WOS-Model; known models: {', '.join(names)}", valid=names
         )
     return model

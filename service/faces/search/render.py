@@ -6,9 +6,9 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from service.faces.search.request import SearchRequest
-from service.http.json import iso, utc
 from service.queries.search import Candidate
 from service.retrieval import ranking
+from service.times import iso, utc
 
 
 def render_time(ts: datetime, form: str | None, tz: int) -> str:

@@ -10,11 +10,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from service.decoding import decode_json
 from service.faces.search.models import MemoryModel
-from service.http.errors import bad_request, forbidden
-from service.http.inputs import decode_json
-from service.http.times import parse_time
+from service.problems import Forbidden, Invalid
 from service.queries.search import SearchFilters
+from service.times import parse_time
 from service.write.fields import is_blank, whole_number
 
 USER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -56,7 +56,7 @@ def _strings(value: Any, name: str) -> list[str]:
         return [value]
     if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
         return list(value)
-    raise bad_request(
+    raise Invalid(
         f"filters.{name} must be a string or a non-empty array of strings",
         param=f"filters.{name}",
     )
@@ -66,7 +66,7 @@ def parse_filters(raw: Any, warnings: list[str]) -> SearchFilters:
     if raw is None:
         return SearchFilters()
     if not isinstance(raw, dict):
-        raise bad_request("filters must be an object", param="filters")
+        raise Invalid("filters must be an object", param="filters")
     unknown = sorted(set(raw) - set(FILTER_KEYS))
     if unknown:
         warnings.append(
@@ -80,21 +80,19 @@ def parse_filters(raw: Any, warnings: list[str]) -> SearchFilters:
     for key in ("created_after", "created_before", "event_after", "event_before"):
         if raw.get(key) is not None:
             if not isinstance(raw[key], str):
-                raise bad_request(
-                    f"filters.{key} must be an RFC 3339 string", param=f"filters.{key}"
-                )
+                raise Invalid(f"filters.{key} must be an RFC 3339 string", param=f"filters.{key}")
             out[key] = parse_time(raw[key], f"filters.{key}")
     if raw.get("min_importance") is not None:
         value = raw["min_importance"]
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
-            raise bad_request(
+            raise Invalid(
                 "filters.min_importance must be a number from 0 to 1",
                 param="filters.min_importance",
             )
         out["min_importance"] = float(value)
     if raw.get("include_superseded") is not None:
         if not isinstance(raw["include_superseded"], bool):
-            raise bad_request(
+            raise Invalid(
                 "filters.include_superseded must be a boolean", param="filters.include_superseded"
             )
         out["include_superseded"] = raw["include_superseded"]
@@ -116,16 +114,16 @@ def parse_request(raw: bytes, model: MemoryModel, form_header: str | None) -> Se
     form = _form(body, form_header)
     speaker = body.get("speaker")
     if speaker is not None and (not isinstance(speaker, str) or not speaker):
-        raise bad_request("speaker must be a non-empty string", param="speaker")
+        raise Invalid("speaker must be a non-empty string", param="speaker")
     cache = _cache_control(body)
     filters = parse_filters(body.get("filters"), warnings)
     # What the model cannot serve is refused (values actually sent), naming the model.
     if verify >= 1 and not model.verify:
-        raise forbidden(f"{model.name} cannot run verify passes; use Tablet 2")
+        raise Forbidden(f"{model.name} cannot run verify passes; use Tablet 2")
     if body.get("max_images") is not None and max_images >= 1 and not model.images:
-        raise forbidden(f"{model.name} does not store images; use Tablet 2")
+        raise Forbidden(f"{model.name} does not store images; use Tablet 2")
     if form is not None and not model.form:
-        raise forbidden(f"{model.name} cannot render a form; use Scroll 1.2 or Tablet 2")
+        raise Forbidden(f"{model.name} cannot render a form; use Scroll 1.2 or Tablet 2")
     return SearchRequest(
         store_ref=user_id, query=query, max_results=max_results, speaker=speaker,
         filters=filters, form=form, tz=tz, max_images=max_images, verify=verify, cache=cache,
@@ -136,7 +134,7 @@ def parse_request(raw: bytes, model: MemoryModel, form_header: str | None) -> Se
 def _user_id(body: dict[str, Any]) -> str:
     user_id = body.get("user_id")
     if not isinstance(user_id, str) or not USER_ID.fullmatch(user_id):
-        raise bad_request(
+        raise Invalid(
             "user_id is required: 1-64 ASCII letters, digits, '.', '_' or '-', starting with a "
             "letter or digit",
             param="user_id",
@@ -147,11 +145,11 @@ def _user_id(body: dict[str, Any]) -> str:
 def _query(body: dict[str, Any]) -> str:
     query = body.get("query")
     if not isinstance(query, str) or is_blank(query):
-        raise bad_request("query is required and must not be empty", param="query")
+        raise Invalid("query is required and must not be empty", param="query")
     if len(query.encode("utf-8", errors="replace")) > MAX_QUERY_BYTES:
-        raise bad_request(f"query is longer than {MAX_QUERY_BYTES} bytes", param="query")
+        raise Invalid(f"query is longer than {MAX_QUERY_BYTES} bytes", param="query")
     if "\x00" in query:
-        raise bad_request("query must not contain NUL characters", param="query")
+        raise Invalid("query must not contain NUL characters", param="query")
     return query
 
 
@@ -159,15 +157,13 @@ def _form(body: dict[str, Any], form_header: str | None) -> str | None:
     """The form the body or the X-WOS-Form header asks for (they must agree)."""
     form = body.get("form")
     if form is not None and form not in FORMS:
-        raise bad_request(
-            f"form must be one of: {', '.join(FORMS)}", param="form", valid=list(FORMS)
-        )
+        raise Invalid(f"form must be one of: {', '.join(FORMS)}", param="form", valid=list(FORMS))
     if form_header is not None and form_header.strip():
         header_form = form_header.strip().lower()
         if header_form not in FORMS:
-            raise bad_request(f"X-WOS-Form must be one of: {', '.join(FORMS)}", valid=list(FORMS))
+            raise Invalid(f"X-WOS-Form must be one of: {', '.join(FORMS)}", valid=list(FORMS))
         if form is not None and form != header_form:
-            raise bad_request("form and the X-WOS-Form header disagree")
+            raise Invalid("form and the X-WOS-Form header disagree")
         form = header_form
     return form
 
@@ -178,11 +174,11 @@ def _cache_control(body: dict[str, Any]) -> str | None:
         return None
     cc = body["cache_control"]
     if not isinstance(cc, dict) or cc.get("type") != "ephemeral" or set(cc) - {"type", "ttl"}:
-        raise bad_request(
+        raise Invalid(
             'cache_control must be {"type": "ephemeral", "ttl": "5m" | "1h"}',
             param="cache_control",
         )
     cache = cc.get("ttl", "5m")
     if cache not in ("5m", "1h"):
-        raise bad_request('cache_control.ttl must be "5m" or "1h"', param="cache_control")
+        raise Invalid('cache_control.ttl must be "5m" or "1h"', param="cache_control")
     return str(cache)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from aiohttp import web
 
 from service.app_keys import METER, POOL
+from service.http.days import day_range
 from service.http.json import json_response
 from service.http.middleware import principal_of
-from service.http.times import day_range
 from service.queries import usage
 
 
