@@ -36,7 +36,7 @@ from service.queries.search import Candidate
 from service.retrieval import ranking
 from service.settings import Settings
 
-PER_ARM = 80  # a 20-result search's (service.faces.search.retrieve.per_arm_of: max(60, 4 x 20))
+PER_ARM = 80  # a 20-result search's (service.retrieval.retrieve.per_arm_of: max(60, 4 x 20))
 TEXT_WEIGHTS = (0.5, 0.7, 1.0, 1.3, 1.6, 2.0)
 SPEAKER_WEIGHTS = (0.2, 0.4, 0.6, 0.8)
 NEIGHBOUR_WEIGHTS = (0.1, 0.2, 0.3, 0.4, 0.5)

@@ -327,7 +327,7 @@ async def test_an_unknown_model_header_is_not_echoed(client: Client) -> None:
 def test_forms_render_the_calendars_ends_in_utc_when_the_zone_would_pass_them() -> None:
     from datetime import UTC, datetime
 
-    from service.faces.search.render import render_time
+    from service.retrieval.render import render_time
 
     first = datetime(1, 1, 1, 0, 30, tzinfo=UTC)
     last = datetime(9999, 12, 31, 23, 0, tzinfo=UTC)

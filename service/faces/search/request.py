@@ -7,13 +7,13 @@ are dropped and named in ``warnings``; what the memory model cannot serve is a 4
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from service.decoding import decode_json
-from service.faces.search.models import MemoryModel
 from service.problems import Forbidden, Invalid
 from service.queries.search import SearchFilters
+from service.retrieval.memory_models import MemoryModel
+from service.retrieval.search_request import SearchRequest
 from service.times import parse_time
 from service.write.fields import is_blank, whole_number
 
@@ -28,21 +28,6 @@ TOP_LEVEL = (
     "user_id", "query", "max_results", "speaker", "cache_control", "filters", "form", "tz",
     "max_images", "verify",
 )  # fmt: skip
-
-
-@dataclass
-class SearchRequest:
-    store_ref: str
-    query: str
-    max_results: int
-    speaker: str | None
-    filters: SearchFilters
-    form: str | None
-    tz: int
-    max_images: int
-    verify: int
-    cache: str | None  # "5m" | "1h"
-    warnings: list[str]
 
 
 def _int(body: dict[str, Any], name: str, lo: int, hi: int, default: int) -> int:
@@ -115,7 +100,7 @@ def parse_request(raw: bytes, model: MemoryModel, form_header: str | None) -> Se
     speaker = body.get("speaker")
     if speaker is not None and (not isinstance(speaker, str) or not speaker):
         raise Invalid("speaker must be a non-empty string", param="speaker")
-    cache = _cache_control(body)
+    cache_ttl = _cache_control(body)
     filters = parse_filters(body.get("filters"), warnings)
     # What the model cannot serve is refused (values actually sent), naming the model.
     if verify >= 1 and not model.verify:
@@ -125,10 +110,18 @@ def parse_request(raw: bytes, model: MemoryModel, form_header: str | None) -> Se
     if form is not None and not model.form:
         raise Forbidden(f"{model.name} cannot render a form; use Scroll 1.2 or Tablet 2")
     return SearchRequest(
-        store_ref=user_id, query=query, max_results=max_results, speaker=speaker,
-        filters=filters, form=form, tz=tz, max_images=max_images, verify=verify, cache=cache,
+        store_ref=user_id,
+        query=query,
+        max_results=max_results,
+        speaker=speaker,
+        filters=filters,
+        form=form,
+        tz=tz,
+        max_images=max_images,
+        verify=verify,
+        cache_ttl=cache_ttl,
         warnings=warnings,
-    )  # fmt: skip
+    )
 
 
 def _user_id(body: dict[str, Any]) -> str:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from service.faces.search.request import SearchRequest
 from service.queries.search import Candidate
 from service.retrieval import ranking
+from service.retrieval.search_request import SearchRequest
 from service.times import iso, utc
 
 

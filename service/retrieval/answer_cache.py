@@ -9,10 +9,10 @@ from datetime import UTC, datetime
 
 import msgspec
 
-from service.faces.search.request import SearchRequest
 from service.queries import Conn
 from service.queries.cache import Cached, CacheKey, cached, put_cached
 from service.queries.keys import Principal
+from service.retrieval.search_request import SearchRequest
 
 TTL_S = {"5m": 300.0, "1h": 3600.0}
 

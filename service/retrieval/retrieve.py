@@ -1,7 +1,8 @@
-"""A search answered by retrieval: the main retrieval (and verify's passes over it), the
-agent's own words and the images, each ranked (``service.retrieval.ranking``), then
-rendered. Each retrieval is answered from the store's snapshot where it can be
-(``service.retrieval.snapshots``), else by the SQL arms (``service.queries.search``).
+"""A search answered by retrieval, for the search engine (``service.retrieval.engine``):
+the main retrieval (and verify's passes over it), the agent's own words and the images,
+each ranked (``service.retrieval.ranking``), then rendered. Each retrieval is answered
+from the store's snapshot where it can be (``service.retrieval.snapshots``), else by the
+SQL arms (``service.queries.search``).
 """
 
 from __future__ import annotations
@@ -12,27 +13,43 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from aiohttp import web
-
-from embeddings.batcher import Vector
-from service.app_keys import EMBEDDER, METRICS, READ_PLANNED_ONCE_POOL, READ_POOL
-from service.faces.search.models import MemoryModel
-from service.faces.search.render import render
-from service.faces.search.request import SearchRequest
-from service.http.middleware import phase
+from embeddings.batcher import QueryEncoder, Vector
 from service.ops import db
 from service.queries import search as search_sql
 from service.queries.memories import Store
 from service.queries.search import Candidate, Profile, RetrievalRequest, SearchFilters
 from service.retrieval import ranking, snapshots
+from service.retrieval.deps import SearchDeps
+from service.retrieval.memory_models import MemoryModel
+from service.retrieval.render import render
+from service.retrieval.search_request import SearchRequest
 from service.retrieval.verify import pass_order, verify_depth, verify_passes
+
+
+@dataclass(frozen=True)
+class Target:
+    """The store a search reads: its profile, who reads it, and its snapshot if one is
+    exact for its version."""
+
+    store: Store
+    profile: Profile
+    reader: snapshots.Reader
+    snapshot: snapshots.Snapshot | None
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """The answer's body, and the memories it delivers (billed and stamped as used)."""
+
+    body: dict[str, Any]
+    delivered: list[Candidate]
 
 
 @dataclass(frozen=True)
 class SearchContext:
     """What every retrieval of one search shares: where it runs and how it is ranked."""
 
-    request: web.Request
+    deps: SearchDeps
     model: MemoryModel
     connection: db.LazyConnection
     reader: snapshots.Reader
@@ -53,36 +70,34 @@ class Found:
 
 
 async def retrieve_and_render(
-    request: web.Request,
+    deps: SearchDeps,
+    queries: QueryEncoder,
     model: MemoryModel,
     req: SearchRequest,
-    store: Store,
-    profile: Profile,
-    reader: snapshots.Reader,
+    target: Target,
     early: asyncio.Future[Vector] | None = None,
-    snapshot: snapshots.Snapshot | None = None,
-) -> tuple[dict[str, Any], list[Candidate]]:
-    """Retrieve and render; returns the body and the memories it delivers. ``early``:
-    the query's vector, already being computed; ``snapshot``: the store's, exact for its
-    version."""
+) -> Rendered:
+    """Retrieve and render. ``early``: the query's vector, already being computed."""
     # Exact scans run on connections that plan once (service.ops.db.PLANNED_ONCE_SETTINGS).
-    pool = request.app[READ_PLANNED_ONCE_POOL if search_sql.planned_once(profile) else READ_POOL]
-    queries = request.app[EMBEDDER].queries
-    assert queries is not None
+    planned_once = search_sql.planned_once(target.profile)
+    pool = deps.read_planned_once_pool if planned_once else deps.read_pool
     now = datetime.now(UTC)
-    named = ranking.named_speaker(req.query, profile.speakers) if model.features else None
+    speakers = target.profile.speakers
+    named = ranking.named_speaker(req.query, speakers) if model.features else None
     period = ranking.named_period(req.query) if model.features else None
-    main = main_retrieval(model, req, store.id, profile, reader)
+    main = main_retrieval(model, req, target.store.id, target.profile, target.reader)
     async with db.LazyConnection(pool) as lazy:
-        context = SearchContext(request, model, lazy, reader, snapshot, now, named, period)
+        context = SearchContext(
+            deps, model, lazy, target.reader, target.snapshot, now, named, period
+        )
         ranks = await _early_text_ranks(context, req, main)
         started = time.perf_counter()  # "embed": the wait for the vector
         vector = await (early if early is not None else queries.encode(req.query))
-        phase(request, "embed", time.perf_counter() - started)
+        deps.phase("embed", time.perf_counter() - started)
         started = time.perf_counter()
         found = await _retrieve(context, req, replace(main, vector=vector), ranks)
-    phase(request, "retrieve", time.perf_counter() - started)
-    return _render(request, model, req, store, found)
+    deps.phase("retrieve", time.perf_counter() - started)
+    return _render(deps, model, req, target.store, found)
 
 
 def per_arm_of(max_results: int) -> int:
@@ -121,7 +136,7 @@ async def _early_text_ranks(
     started = time.perf_counter()
     statements, values = search_sql.plan(main)
     ranks = await search_sql.text_ranks(await context.connection.get(), statements, values)
-    phase(context.request, "text", time.perf_counter() - started)
+    context.deps.phase("text", time.perf_counter() - started)
     return ranks
 
 
@@ -172,7 +187,7 @@ async def _ranked(
     if found is None:
         path = "sql"
         found = await search_sql.candidates(await context.connection.get(), retrieval, ranks)
-    context.request.app[METRICS].retrievals.labels(path).inc()
+    context.deps.metrics.retrievals.labels(path).inc()
     model = context.model
     return ranking.scored(
         found, fuse_text=model.fuse_text, use_features=model.features, now=context.now,
@@ -181,8 +196,8 @@ async def _ranked(
 
 
 def _render(
-    request: web.Request, model: MemoryModel, req: SearchRequest, store: Store, found: Found
-) -> tuple[dict[str, Any], list[Candidate]]:
+    deps: SearchDeps, model: MemoryModel, req: SearchRequest, store: Store, found: Found
+) -> Rendered:
     """The body, and the memories it delivers."""
     started = time.perf_counter()
     strip = store.strip_temporal
@@ -196,5 +211,5 @@ def _render(
         body["self_memories"] = [render(c, req, strip) for c in found.self_memories]
     if req.verify > 0:
         body["verify_used"] = found.verify_used
-    phase(request, "render", time.perf_counter() - started)
-    return body, found.memories + found.self_memories + found.images
+    deps.phase("render", time.perf_counter() - started)
+    return Rendered(body, found.memories + found.self_memories + found.images)
