@@ -110,7 +110,7 @@ def database_lifetime(
         async with contextlib.AsyncExitStack() as stack:
             await _open_pools(app, url, stack)
             # Snapshots are read where searches read: a snapshot is exact for the store
-            # version that side has (service.faces.search.handler).
+            # version that side has (service.retrieval.engine).
             snapshots = Snapshots(app[READ_POOL], max_bytes=settings.snapshot_bytes)
             stack.push_async_callback(snapshots.close)
             app[SNAPSHOTS] = snapshots

@@ -13,7 +13,6 @@ not see it) rather than logged as a failure of the service.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from aiohttp import web
@@ -22,10 +21,10 @@ from aiohttp.http_exceptions import PayloadEncodingError
 from service.app_keys import SETTINGS
 from service.decoding import decode_json, string_problem
 from service.http.errors import ApiError
+from service.http.route import Handler
 from service.problems import Invalid
 
 T = TypeVar("T")
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 # Tokens the service made and reads back itself: whatever is not one of them is ignored

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
@@ -33,13 +32,12 @@ from service.app_keys import (
 from service.http.errors import KIND_BY_STATUS, ApiError, api_error_of, render_error, unauthorized
 from service.http.inputs import abandon_body
 from service.http.outage import RETRY_AFTER_S, is_rolled_back, is_unavailable
+from service.http.route import Handler
 from service.ids import new_id
 from service.problems import Problem
 from service.queries import keys
 from service.queries.keys import Principal
 from service.queries.ratelimit import Decision
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 log = logging.getLogger("mneme.http")
 access_log = logging.getLogger("mneme.access")

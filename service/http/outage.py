@@ -83,10 +83,6 @@ class Outage:
         self.failures = 0
         self._reported_at = 0.0
 
-    @property
-    def ongoing(self) -> bool:
-        return self.since is not None
-
     def failed(self, exc: BaseException) -> None:
         now = time.monotonic()
         self.failures += 1

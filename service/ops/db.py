@@ -380,7 +380,3 @@ class LazyConnection:
         if self._conn is not None:
             conn, self._conn = self._conn, None
             await self.pool.release(conn)
-
-
-def record_to_dict(record: asyncpg.Record) -> dict[str, Any]:
-    return dict(record.items())

@@ -1,5 +1,5 @@
 """The search answer cache: one answer per store, memory model, request options and reader,
-kept until it expires (service.faces.search.handler reads and writes it)."""
+kept until it expires (service.retrieval.engine reads and writes it)."""
 
 from __future__ import annotations
 

@@ -57,8 +57,13 @@ AND (:images::boolean IS NULL OR (m.kind = 'image') = :images::boolean)
 """
 
 # The two arms are two statements: the full-text arm needs no vector, so it runs while the
-# model encodes the question (service.faces.search.retrieve), and the vector arm, once the
+# model encodes the question (service.retrieval.retrieve), and the vector arm, once the
 # vector is there, also reads the columns of every candidate of both arms.
+
+# BM25's constants, for the full-text arm's SQL and the snapshots' numpy alike
+# (service.retrieval.snapshots): term-frequency saturation and length normalisation.
+BM25_K1, BM25_B = 1.2, 0.75
+BM25_TERMS = {"k1": BM25_K1, "k1_plus_1": BM25_K1 + 1, "b": BM25_B, "one_minus_b": 1 - BM25_B}
 
 # The full-text arm. :per_arm candidates; :docs memories in the store, :avgdl their mean
 # length (BM25); :budget the arm's posting budget (see MATCH_BUDGET).
@@ -86,7 +91,7 @@ WITH terms AS (
     array(SELECT lexeme FROM terms) AS lexemes
     WHERE EXISTS (SELECT 1 FROM terms)
 )
--- BM25 (k1 = 1.2, b = 0.75): rare words weigh more than a name said in every turn.
+-- BM25 (BM25_K1, BM25_B): rare words weigh more than a name said in every turn.
 -- Scored row by row (LATERAL), after the match: each matched memory is read once.
 -- Only the question's lexemes are unnested: setweight marks them, ts_filter keeps
 -- them (search_tsv is to_tsvector's: every lexeme has positions, all of weight D),
@@ -96,8 +101,8 @@ FROM tsq
 JOIN memories m ON m.search_tsv @@ tsq.q
 CROSS JOIN LATERAL (
     SELECT sum(ln(1 + (greatest(:docs::float8, t.df) - t.df + 0.5) / (t.df + 0.5))
-               * (x.tf * 2.2)
-               / (x.tf + 1.2 * (0.25 + 0.75 * length(m.search_tsv) / :avgdl::float8)))
+               * (x.tf * {k1_plus_1})
+               / (x.tf + {k1} * ({one_minus_b} + {b} * length(m.search_tsv) / :avgdl::float8)))
            AS rank
     FROM (
         SELECT u.lexeme, cardinality(u.positions) AS tf
@@ -170,7 +175,7 @@ class ArmStatements:
 def _arm_statements(exact: bool, subset: str) -> ArmStatements:
     where = _WHERE + SUBSETS[subset]
     return ArmStatements(
-        NamedSQL(_TEXT.format(where=where)),
+        NamedSQL(_TEXT.format(where=where, **BM25_TERMS)),
         NamedSQL(_VECTOR.format(
             where=where,
             # "+ 0" makes the sort key an expression the HNSW index cannot serve: an exact

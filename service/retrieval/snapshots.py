@@ -46,6 +46,8 @@ import numpy.typing as npt
 from service.queries import snapshot as snapshot_sql
 from service.queries.keys import Principal
 from service.queries.search import (
+    BM25_B,
+    BM25_K1,
     Candidate,
     RetrievalRequest,
     SearchFilters,
@@ -56,7 +58,7 @@ from service.queries.snapshot import Columns
 log = logging.getLogger("mneme.snapshots")
 
 # BM25, as the full-text arm computes it (service.queries.search._TEXT).
-K1, B = 1.2, 0.75
+K1, B = BM25_K1, BM25_B
 UNFILTERED = SearchFilters()
 # Masks of allowed rows a snapshot keeps (readers, speakers and subsets it was asked for).
 ALLOWED_KEPT = 64

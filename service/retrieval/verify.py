@@ -43,7 +43,7 @@ def pass_order(
     needs several memories ("What books has John read?") is answered mostly by that
     person's own words, spread over sessions; the first pass weighs the speaker lightly,
     because there one strong match said by anyone should still win. Without a named
-    speaker, the first pass's order. verify is Tablet 2's alone (``faces.search.models``),
+    speaker, the first pass's order. verify is Tablet 2's alone (``retrieval.memory_models``),
     a model that fuses the full-text arm and ranks by features: so does this order."""
     if speaker is None:
         return list(ranked)
