@@ -23,6 +23,7 @@ from service.queries.memories import (
     WRITABLE,
     Memory,
     duplicate_rule,
+    version_rows,
 )
 from service.queries.named import NamedSQL
 
@@ -56,12 +57,7 @@ WITH v AS (
     INSERT INTO memories AS m (workspace_id, id, store_id, {names})
     SELECT :workspace, v.id, v.store_id, {values} FROM v
     RETURNING {MEMORY_COLUMNS}
-), versions AS (
-    INSERT INTO memory_versions (workspace_id, id, memory_id, operation, actor, text, metadata,
-                                 content_sha256, path, status, scope)
-    SELECT :workspace, v.version_id, c.id, 'created', :actor, c.text, c.metadata,
-           c.content_sha256, c.path, c.status, c.scope
-    FROM created c JOIN v ON v.id = c.id
+), versions AS ({version_rows("v.version_id", "'created'", "created c JOIN v ON v.id = c.id")}
 )
 SELECT * FROM created
 """)

@@ -529,22 +529,32 @@ async def purge(conn: asyncpg.Connection, workspace_id: str, memory_id: str) -> 
 
 # --- versions -----------------------------------------------------------------------------
 
-INSERT_VERSION = NamedSQL("""
+
+def version_rows(version_id: str, operation: str, source: str) -> str:
+    """The one statement that writes version rows (the audit trail): one per memory row
+    of ``source`` (aliased ``c``), as that row is now. The write path's statements embed
+    it (``queries.single``, ``queries.bulk``); ``add_version`` runs it alone."""
+    return f"""
 INSERT INTO memory_versions (workspace_id, id, memory_id, operation, actor, text, metadata,
                              content_sha256, path, status, scope)
-VALUES (:workspace, :id, :memory_id, :operation, :actor, :text, :metadata, :content_sha256,
-        :path, :status, :scope)
-""")
+SELECT :workspace, {version_id}, c.id, {operation}, :actor, c.text, c.metadata,
+       c.content_sha256, c.path, c.status, c.scope
+FROM {source}"""
+
+
+INSERT_VERSION = NamedSQL(
+    version_rows(":id", ":operation", "memories c")
+    + "\nWHERE c.workspace_id = :workspace AND c.id = :memory_id"
+)
 
 
 async def add_version(
     conn: asyncpg.Connection, workspace_id: str, memory: Memory, operation: str, actor: str | None
 ) -> None:
+    """A version row for ``memory`` as it now stands (in the caller's transaction)."""
     await INSERT_VERSION.execute(
         conn, workspace=workspace_id, id=new_id("memver"), memory_id=memory.id,
-        operation=operation, actor=actor, text=memory.text, metadata=memory.metadata,
-        content_sha256=memory.content_sha256, path=memory.path, status=memory.status,
-        scope=memory.scope,
+        operation=operation, actor=actor,
     )  # fmt: skip
 
 

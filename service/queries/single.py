@@ -23,6 +23,7 @@ from service.queries.memories import (
     Memory,
     duplicate_rule,
     store_named,
+    version_rows,
 )
 from service.queries.named import NamedSQL
 
@@ -40,13 +41,8 @@ store AS (
     FOR KEY SHARE OF stores
 )"""
 
-_VERSION = """
-version AS (
-    INSERT INTO memory_versions (workspace_id, id, memory_id, operation, actor, text, metadata,
-                                 content_sha256, path, status, scope)
-    SELECT :workspace, :version_id, c.id, 'created', :actor, c.text, c.metadata,
-           c.content_sha256, c.path, c.status, c.scope
-    FROM created c
+_VERSION = f"""
+version AS ({version_rows(":version_id", "'created'", "created c")}
 )"""
 
 
