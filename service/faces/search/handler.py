@@ -27,7 +27,7 @@ from service.faces.search.request import MAX_QUERY_BYTES, parse_request
 from service.http.inputs import body_of
 from service.http.middleware import phase, principal_of
 from service.retrieval import engine
-from service.retrieval.deps import SearchDeps
+from service.retrieval.deps import SearchDeps, untimed
 from service.retrieval.memory_models import pick_model
 
 # A body larger than this is not read before its key is checked.
@@ -80,16 +80,14 @@ async def search(request: web.Request) -> web.Response:
     )  # fmt: skip
 
 
-def search_deps(
-    app: web.Application, phase: Callable[[str, float], None] | None = None
-) -> SearchDeps:
+def search_deps(app: web.Application, phase: Callable[[str, float], None] = untimed) -> SearchDeps:
     """What the search engine runs on, from the app (``phase``: where its spans go)."""
     slot = app[EMBEDDER]
     return SearchDeps(
         cache_pool=app[PLANNED_ONCE_POOL], read_pool=app[READ_POOL],
         read_planned_once_pool=app[READ_PLANNED_ONCE_POOL], embedder=slot.embedder,
         queries=slot.queries, snapshots=app[SNAPSHOTS], meter=app[METER],
-        toucher=app[TOUCHER], metrics=app[METRICS], **({"phase": phase} if phase else {}),
+        toucher=app[TOUCHER], metrics=app[METRICS], phase=phase,
     )  # fmt: skip
 
 
