@@ -26,10 +26,10 @@ RUN pip install torch==2.13.0 --index-url "${TORCH_INDEX_URL}"
 
 # The dependencies next, in a layer of their own, so that a change to the code rebuilds
 # only what follows.
-# The Python client comes with them: /mcp serves its tool table (pyproject.toml names it
-# by path, {root:uri}/clients/python).
+# The MCP tool table comes with them: /mcp serves it (pyproject.toml names it by path,
+# {root:uri}/clients/mcp-tools).
 COPY pyproject.toml ./
-COPY clients/python ./clients/python
+COPY clients/mcp-tools ./clients/mcp-tools
 RUN python -c "import tomllib; print(*(d.replace('{root:uri}', 'file:///app') for d in tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']), sep='\n')" > /tmp/requirements.txt \
  && pip install -r /tmp/requirements.txt \
  && rm -rf /root/.cache /tmp/requirements.txt

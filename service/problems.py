@@ -35,6 +35,11 @@ class Forbidden(Problem):
     """The caller's key may not do this (a scope it cannot write, a missing permission)."""
 
 
+def missing_scope(scope: str) -> Forbidden:
+    """The refusal of a key without ``scope``, at any door."""
+    return Forbidden(f"This API key lacks the '{scope}' scope")
+
+
 class NotFound(Problem):
     """Nothing the caller can read goes by that name or id."""
 

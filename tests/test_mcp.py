@@ -1,4 +1,4 @@
-"""Mneme's MCP tools (clients/python/mneme_client/mcp_server.py), driven by the official MCP
+"""Mneme's MCP tools (clients/mcp-tools/mneme_mcp_tools/tools.py), driven by the official MCP
 client over both transports against a running service: ``mneme-mcp`` over stdio and the
 service's own ``/mcp`` over Streamable HTTP. The tools an agent sees, and what each one
 does to the memories behind it; tests/test_mcp_http.py has what only HTTP has."""

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import asyncpg
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
@@ -24,8 +25,10 @@ from tests.helpers import (
     ADMIN,
     BOOTSTRAP_KEY,
     TOOLS,
+    auth,
     call,
     connected,
+    free_workspace_key,
     make_key,
     make_member,
     refused,
@@ -214,23 +217,35 @@ async def test_bad_input_is_a_client_error_never_a_500(client: HttpClient) -> No
     assert page["data"] == []
 
 
-async def test_tools_reach_the_api_past_a_proxy_in_the_environment(
-    make_client: Callable[[Settings], Awaitable[HttpClient]],
-    settings: Settings,
-    monkeypatch: pytest.MonkeyPatch,
+async def test_a_tool_call_counts_once_against_the_rate_limit_and_in_usage(
+    client: HttpClient, db_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # The loopback calls carry the caller's key: never to a proxy named for the process
-    # (nothing listens on port 9, so a call sent there fails).
-    for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
-        monkeypatch.setenv(name, "http://127.0.0.1:9")
-    for name in ("NO_PROXY", "no_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    client = await make_client(settings)  # the server's loopback client is made now
-    for name in ("HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
-        monkeypatch.delenv(name)  # the test's own MCP client goes straight to the server
-    async with connected(client, transport="http") as agent:
-        memory = await call(agent, "remember", text="No proxy sees this key.")
-        assert [m["id"] for m in await call(agent, "browse")] == [memory["id"]]
+    # The free plan allows 60 requests a minute: 40 recalls in one session (and the
+    # session's own few requests) all answer. A door that called the REST API over
+    # loopback counted each call twice and was refused from the 30th on.
+    key = await free_workspace_key(db_url, "agents-on-the-free-plan")
+    with caplog.at_level(logging.INFO, logger="mneme.access"):
+        async with connected(client, key, "http") as agent:
+            await call(agent, "remember", text="The deploy window is Tuesday at 10:00.")
+            for i in range(40):
+                hits = await call(agent, "recall", query=f"When is the deploy window? ({i})")
+                assert hits and "deploy" in hits[0]["content"], hits
+    served = [r for r in caplog.records if getattr(r, "path", None) == "/mcp"]
+    assert served and all(r.status == 200 for r in served)  # type: ignore[attr-defined]
+    assert len(served) < 50  # one request a tool call, a few for the session
+    conn = await asyncpg.connect(db_url)
+    try:
+        counted = await conn.fetchval(
+            "SELECT sum(c.count) FROM rate_limit_counters c JOIN workspaces w "
+            "ON w.id = c.workspace_id WHERE w.name = $1",
+            "agents-on-the-free-plan",
+        )
+    finally:
+        await conn.close()
+    assert counted == len(served)  # each request counted once: no request of its own inside
+    usage = await (await client.get("/api/v1/usage", headers=auth(key))).json()
+    [row] = usage["data"]
+    assert (row["endpoint"], row["requests"]) == ("search", 40)
 
 
 async def test_get_and_delete_have_no_session_in_stateless_mode(client: HttpClient) -> None:

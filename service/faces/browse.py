@@ -12,7 +12,9 @@ import binascii
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import asyncpg
 from aiohttp import web
+from multidict import MultiMapping
 
 from service.app_keys import READ_POOL
 from service.faces.render import browse_object
@@ -21,12 +23,14 @@ from service.http.middleware import principal_of
 from service.ids import id_pattern
 from service.problems import Invalid, NotFound
 from service.queries import browse, memories
+from service.queries.keys import Principal
 from service.write.fields import STATUSES, TIERS, query_int
 
 DEFAULT_LIMIT = 25
 MAX_LIMIT = 100
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MEMORY_ID = id_pattern("mem")
+Query = MultiMapping[str]  # a request's query parameters
 
 
 def encode_cursor(created_at: datetime, memory_id: str) -> str:
@@ -46,22 +50,22 @@ def decode_cursor(cursor: str) -> tuple[datetime, str] | None:
         return None
 
 
-def _param(request: web.Request, name: str) -> str | None:
+def _param(query: Query, name: str) -> str | None:
     """A query parameter; an empty value means the parameter is absent."""
-    value = request.query.get(name)
+    value = query.get(name)
     return value if value else None
 
 
-def _list(request: web.Request, name: str) -> list[str] | None:
+def _list(query: Query, name: str) -> list[str] | None:
     """Comma-separated, items trimmed, empty items ignored; absent if nothing is left. A
     repeated parameter adds its items (``inputs.LISTS``)."""
-    raw = ",".join(request.query.getall(name, []))
+    raw = ",".join(query.getall(name, []))
     items = [item.strip(" \t") for item in raw.split(",") if item.strip(" \t")]
     return items or None
 
 
-def _checked(request: web.Request, name: str, valid: tuple[str, ...]) -> list[str] | None:
-    items = _list(request, name)
+def _checked(query: Query, name: str, valid: tuple[str, ...]) -> list[str] | None:
+    items = _list(query, name)
     bad = [item for item in items or [] if item not in valid]
     if bad:
         raise Invalid(
@@ -83,28 +87,18 @@ def parse_limit(raw: str | None) -> tuple[int, bool]:
 
 
 async def list_memories(request: web.Request) -> web.Response:
-    principal = principal_of(request)
-    pool = request.app[READ_POOL]  # may lag the primary (MNEME_READ_DATABASE_URL)
-    limit, capped = parse_limit(_param(request, "limit"))
-    store_id = None
-    if (store_ref := _param(request, "store")) is not None:
-        store = await memories.resolve_store(pool, principal.workspace_id, store_ref)
-        if store is None:
-            raise NotFound(f"Store {store_ref!r} not found")
-        store_id = store.id
-    filters = browse.Filters(
-        statuses=_checked(request, "status", STATUSES) or ["active"],
-        tiers=_checked(request, "tier", TIERS),
-        fact_types=_list(request, "factType"),
-        not_fact_types=_list(request, "notFactType"),
-        scope=_param(request, "scope"),
-        provider=_param(request, "provider"),
-        search=_param(request, "search"),
-        store_id=store_id,
-    )
-    cursor = _param(request, "cursor")
-    after = decode_cursor(cursor) if cursor is not None else None
+    # The read pool may lag the primary (MNEME_READ_DATABASE_URL).
+    body = await window_of(request.app[READ_POOL], principal_of(request), request.query)
+    return json_response(body)
 
+
+async def window_of(pool: asyncpg.Pool, principal: Principal, query: Query) -> dict[str, Any]:
+    """One browse window for these query parameters, as the face answers it (the MCP
+    door's ``browse`` reads windows so too)."""
+    limit, capped = parse_limit(_param(query, "limit"))
+    filters = await _filters(pool, principal, query)
+    cursor = _param(query, "cursor")
+    after = decode_cursor(cursor) if cursor is not None else None
     found = await browse.window(pool, principal, filters, after, limit)
     survivors = [r for r in found.rows if r.passes and not r.observation]
     survivors.sort(key=lambda r: (r.last_used_at, r.id), reverse=True)
@@ -115,11 +109,28 @@ async def list_memories(request: web.Request) -> web.Response:
     if capped:
         meta.update(limitCapped=True, maxLimit=MAX_LIMIT)
     last = found.rows[-1] if found.rows else None
-    return json_response(
-        {
-            "data": [browse_object(r) for r in survivors],
-            "cursor": encode_cursor(last.created_at, last.id) if found.has_more and last else None,
-            "hasMore": found.has_more,
-            "meta": meta,
-        }
+    return {
+        "data": [browse_object(r) for r in survivors],
+        "cursor": encode_cursor(last.created_at, last.id) if found.has_more and last else None,
+        "hasMore": found.has_more,
+        "meta": meta,
+    }
+
+
+async def _filters(pool: asyncpg.Pool, principal: Principal, query: Query) -> browse.Filters:
+    store_id = None
+    if (store_ref := _param(query, "store")) is not None:
+        store = await memories.resolve_store(pool, principal.workspace_id, store_ref)
+        if store is None:
+            raise NotFound(f"Store {store_ref!r} not found")
+        store_id = store.id
+    return browse.Filters(
+        statuses=_checked(query, "status", STATUSES) or ["active"],
+        tiers=_checked(query, "tier", TIERS),
+        fact_types=_list(query, "factType"),
+        not_fact_types=_list(query, "notFactType"),
+        scope=_param(query, "scope"),
+        provider=_param(query, "provider"),
+        search=_param(query, "search"),
+        store_id=store_id,
     )

@@ -1,17 +1,18 @@
 """``/mcp``: Mneme's MCP tools over the Streamable HTTP transport, with the caller's key.
 
-The tools are ``mneme_client.mcp_server``'s, the same table ``mneme-mcp`` serves over
-stdio, served here by the official MCP SDK's Streamable HTTP machinery (``asgi.py``
-bridges it to aiohttp). Stateless: each POST is answered on its own, so any replica can
+The tools are ``mneme_mcp_tools``' table, the one ``mneme-mcp`` serves over stdio,
+served here by the official MCP SDK's Streamable HTTP machinery (``asgi.py`` bridges it
+to aiohttp). Stateless: each POST is answered on its own, so any replica can
 answer any request, with no session to keep or route to (GET has no stream to offer and
 DELETE no session to end: both are 405).
 
 Who a call acts for: the access middleware has checked the key (401 with
 ``WWW-Authenticate: Bearer`` before any MCP message is read; ``memory:read`` needed);
-each tool then calls the service's own REST API over loopback with that same key, so
-the readability rule, scopes, rate limits and usage are exactly the REST API's (a tool
-call counts as this request plus the REST requests it makes). The store a tool uses when
-none is named is the URL's ``store`` query parameter, else ``default``.
+each tool then runs in-process, through the engine, for that key's principal
+(``mcp_engine.EngineExecutor``), so the readability rule, scopes and usage are exactly
+the REST API's, and a tool call counts once against the rate limit: as this request. The
+store a tool uses when none is named is the URL's ``store`` query parameter, else
+``default``.
 
 Browsers: a request with an ``Origin`` header is refused (403) unless that origin is in
 ``MNEME_MCP_ALLOWED_ORIGINS`` (the MCP specification asks HTTP servers to check it, as a
@@ -27,17 +28,15 @@ from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
-import httpx
 from aiohttp import web
 from mcp.server.transport_security import TransportSecuritySettings
-from mneme_client._async import AsyncMneme
-from mneme_client.mcp_server import CALLER, Caller, build_server
+from mneme_mcp_tools import CALLER, Caller, build_server
 from starlette.applications import Starlette
 
 from service.app_keys import SETTINGS
+from service.faces.mcp_engine import EngineExecutor
 from service.http.asgi import serve_asgi
 from service.http.errors import ApiError
-from service.http.middleware import presented_key
 from service.settings import normal_origin
 
 PATH = "/mcp"
@@ -53,16 +52,9 @@ CORS_HEADERS = {
 }
 
 
-class McpDoor:
-    """What the endpoint holds for the app's lifetime: the SDK's ASGI application (its
-    session manager running) and the HTTP client the tools call the REST API with."""
-
-    def __init__(self, asgi: Starlette, http: httpx.AsyncClient) -> None:
-        self.asgi = asgi
-        self.http = http
-
-
-MCP = web.AppKey("mcp", McpDoor)
+# What the endpoint holds for the app's lifetime: the SDK's ASGI application, its
+# session manager running.
+MCP = web.AppKey("mcp", Starlette)
 
 
 async def mcp_door(app: web.Application) -> AsyncIterator[None]:
@@ -77,13 +69,8 @@ async def mcp_door(app: web.Application) -> AsyncIterator[None]:
         # deployment's business (a proxy, a container name), not a fixed list.
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
-    async with (
-        # trust_env=False: the loopback calls carry the caller's key, and must never go
-        # through a proxy that HTTP_PROXY or the like names for the process.
-        httpx.AsyncClient(timeout=httpx.Timeout(60.0), trust_env=False) as http,
-        held_open(asgi.router.lifespan_context(asgi)),
-    ):
-        app[MCP] = McpDoor(asgi, http)
+    async with held_open(asgi.router.lifespan_context(asgi)):
+        app[MCP] = asgi
         yield
 
 
@@ -127,23 +114,12 @@ def check_origin(request: web.Request) -> dict[str, str]:
     return {"Access-Control-Allow-Origin": origin, "Vary": "Origin"}
 
 
-def loopback(request: web.Request) -> str:
-    """The base URL of the socket this request came in on: where the tools reach the
-    REST API (this very server, whatever its host name is outside)."""
-    host, port = request.transport.get_extra_info("sockname")[:2]  # type: ignore[union-attr]
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
-
-
 async def handle(request: web.Request) -> web.StreamResponse:
     """POST /mcp: one MCP exchange, acting for the caller's key."""
     cors = check_origin(request)
-    door = request.app[MCP]
-    client = AsyncMneme(
-        presented_key(request), loopback(request), max_retries=0, http_client=door.http
-    )
-    token = CALLER.set(Caller(client, request.query.get("store") or "default"))
+    token = CALLER.set(Caller(EngineExecutor(request), request.query.get("store") or "default"))
     try:
-        response = await serve_asgi(door.asgi, request, headers=cors)
+        response = await serve_asgi(request.app[MCP], request, headers=cors)
     finally:
         CALLER.reset(token)
     if response.status >= 400:

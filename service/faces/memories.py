@@ -17,6 +17,7 @@ from service.http.middleware import principal_of
 from service.problems import Conflict, Forbidden, Invalid, NotFound
 from service.queries import idempotency, memories
 from service.queries.keys import Principal
+from service.queries.memories import Memory
 from service.times import iso
 from service.write import engine, items, rules
 
@@ -36,7 +37,8 @@ async def create_memories(request: web.Request) -> web.Response:
     ctx = rules.WriteContext(principal)
     if key is None:
         body = items.decode_items(raw)
-        status, encoded = _rendered(await engine.apply(write_pools(request), ctx, body), body.batch)
+        written = await engine.apply(write_pools(request.app), ctx, body)
+        status, encoded = _rendered(written, body.batch)
         return web.Response(body=encoded, status=status, content_type="application/json")
     async with request.app[POOL].acquire() as conn:
         # A replay must be the same request: same method, path and bytes of body. The
@@ -54,8 +56,9 @@ async def create_memories(request: web.Request) -> web.Response:
     return web.Response(body=encoded, status=status, content_type="application/json")
 
 
-def write_pools(request: web.Request) -> engine.Pools:
-    return engine.Pools(request.app[POOL], request.app[PLANNED_ONCE_POOL])
+def write_pools(app: web.Application) -> engine.Pools:
+    """Where the write engine writes, from the app."""
+    return engine.Pools(app[POOL], app[PLANNED_ONCE_POOL])
 
 
 async def _replay(
@@ -103,16 +106,21 @@ async def delete_memory(request: web.Request) -> web.Response:
     purge = request.query.get("purge", "").lower()
     if purge not in ("", "true", "false"):
         raise Invalid("purge must be true or false", param="purge")
-    ctx = rules.WriteContext(principal)
     memory_id = request.match_info["memory_id"]
-    async with request.app[PLANNED_ONCE_POOL].acquire() as conn, conn.transaction():
-        if purge == "true":
-            if "admin" not in principal.scopes:
-                raise Forbidden("Purging a memory needs the 'admin' scope")
-            await rules.purge(conn, ctx, memory_id)
-            return json_response({"id": memory_id, "purged": True})
-        memory = await rules.delete(conn, ctx, memory_id)
-    return json_response(memory_object(memory))
+    pool = request.app[PLANNED_ONCE_POOL]
+    if purge != "true":
+        return json_response(memory_object(await delete_one(pool, principal, memory_id)))
+    if "admin" not in principal.scopes:
+        raise Forbidden("Purging a memory needs the 'admin' scope")
+    async with pool.acquire() as conn, conn.transaction():
+        await rules.purge(conn, rules.WriteContext(principal), memory_id)
+    return json_response({"id": memory_id, "purged": True})
+
+
+async def delete_one(pool: asyncpg.Pool, principal: Principal, memory_id: str) -> Memory:
+    """Delete a memory the caller can read (a tombstone, ``rules.delete``): as it is left."""
+    async with pool.acquire() as conn, conn.transaction():
+        return await rules.delete(conn, rules.WriteContext(principal), memory_id)
 
 
 async def versions_body(

@@ -7,6 +7,7 @@ path, versions, embedding and search. Error bodies on these routes carry exactly
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import asyncpg
@@ -29,6 +30,7 @@ from service.write import engine, fields, items, rules
 
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 100
+Query = Mapping[str, str]  # a request's query parameters
 
 
 class StoreCreate(msgspec.Struct, forbid_unknown_fields=True):
@@ -95,8 +97,8 @@ def full_object(m: Memory) -> dict[str, Any]:
     return {k: out[k] for k in order}
 
 
-def parse_limit(request: web.Request) -> int:
-    raw = request.query.get("limit")
+def parse_limit(query: Query) -> int:
+    raw = query.get("limit")
     if raw is None or raw == "":
         return DEFAULT_LIMIT
     value = fields.query_int(raw)
@@ -105,9 +107,9 @@ def parse_limit(request: web.Request) -> int:
     return value
 
 
-def paging_ids(request: web.Request) -> tuple[str | None, str | None]:
-    after = request.query.get("after_id") or None
-    before = request.query.get("before_id") or None
+def paging_ids(query: Query) -> tuple[str | None, str | None]:
+    after = query.get("after_id") or None
+    before = query.get("before_id") or None
     if after is not None and before is not None:
         raise Invalid("after_id and before_id are mutually exclusive")
     return after, before
@@ -123,11 +125,18 @@ def page(data: list[dict[str, Any]], has_more: bool) -> dict[str, Any]:
 
 
 async def the_store(request: web.Request, *, read: bool = False) -> Store:
-    """The store the path names; ``read``: for a read that may lag the primary (from
-    MNEME_READ_DATABASE_URL's standby, if set), not for a write."""
-    ref = request.match_info["store_id"]
-    pool = request.app[READ_POOL if read else POOL]
-    store = await memories.resolve_store(pool, principal_of(request).workspace_id, ref)
+    """The store the path names (``find_store``)."""
+    principal = principal_of(request)
+    return await find_store(request.app, principal, request.match_info["store_id"], read=read)
+
+
+async def find_store(
+    app: web.Application, principal: Principal, ref: str, *, read: bool = False
+) -> Store:
+    """The caller's workspace's store by id or name; ``read``: for a read that may lag the
+    primary (from MNEME_READ_DATABASE_URL's standby, if set), not for a write."""
+    pool = app[READ_POOL if read else POOL]
+    store = await memories.resolve_store(pool, principal.workspace_id, ref)
     if store is None:
         raise NotFound(f"Memory store {ref!r} not found")
     return store
@@ -159,8 +168,8 @@ async def create_store(request: web.Request) -> web.Response:
 
 
 async def list_stores(request: web.Request) -> web.Response:
-    limit = parse_limit(request)
-    after, before = paging_ids(request)
+    limit = parse_limit(request.query)
+    after, before = paging_ids(request.query)
     pool, workspace_id = request.app[READ_POOL], principal_of(request).workspace_id
     anchor = after or before
     if anchor is not None and not await stores.store_exists(pool, workspace_id, anchor):
@@ -217,17 +226,27 @@ async def delete_store(request: web.Request) -> web.Response:
 
 
 # --- memories -----------------------------------------------------------------------------
+# Each handler parses, then calls the function below it, which the MCP door's file tools
+# call too (``service.faces.mcp_engine``).
 
 
 async def create_memory(request: web.Request) -> web.Response:
     body = await read_body(request, PathMemoryCreate)
+    principal, ref = principal_of(request), request.match_info["store_id"]
+    return json_response(await create_path_memory(request.app, principal, ref, body), status=201)
+
+
+async def create_path_memory(
+    app: web.Application, principal: Principal, store_ref: str, body: PathMemoryCreate
+) -> dict[str, Any]:
+    """Write a memory at a path of a store: the memory."""
     fields.check_text(body.content, "content")
-    store = await the_store(request)
-    ctx = rules.WriteContext(principal_of(request), default_tier="core")
+    store = await find_store(app, principal, store_ref)
+    ctx = rules.WriteContext(principal, default_tier="core")
     item = items.MemoryIn(text=body.content, path=body.path, metadata=body.metadata, store=store.id)
-    pools = engine.Pools(request.app[POOL], request.app[PLANNED_ONCE_POOL])
+    pools = engine.Pools(app[POOL], app[PLANNED_ONCE_POOL])
     [written] = await engine.apply(pools, ctx, items.Batch([items.new_memory(item)]))
-    return json_response(full_object(written.memory), status=201)
+    return full_object(written.memory)
 
 
 async def _path_memory(
@@ -250,46 +269,65 @@ async def _path_memory(
 
 
 async def get_memory(request: web.Request) -> web.Response:
-    store = await the_store(request, read=True)
-    memory = await _path_memory(
-        request.app[READ_POOL], principal_of(request), store, request.match_info["memory_id"]
-    )
-    return json_response(full_object(memory))
+    principal, ref = principal_of(request), request.match_info["store_id"]
+    memory_id = request.match_info["memory_id"]
+    return json_response(await read_path_memory(request.app, principal, ref, memory_id))
+
+
+async def read_path_memory(
+    app: web.Application, principal: Principal, store_ref: str, memory_id: str
+) -> dict[str, Any]:
+    """A memory of a store, with its content (from the read pool)."""
+    store = await find_store(app, principal, store_ref, read=True)
+    return full_object(await _path_memory(app[READ_POOL], principal, store, memory_id))
 
 
 async def update_memory(request: web.Request) -> web.Response:
     body = await read_body(request, PathMemoryUpdate)
+    principal, ref = principal_of(request), request.match_info["store_id"]
+    memory_id = request.match_info["memory_id"]
+    return json_response(await update_path_memory(request.app, principal, ref, memory_id, body))
+
+
+async def update_path_memory(
+    app: web.Application,
+    principal: Principal,
+    store_ref: str,
+    memory_id: str,
+    body: PathMemoryUpdate,
+) -> dict[str, Any]:
+    """Change a memory of a store, under its ``content_sha256`` precondition if given."""
     if body.content is not UNSET:
         fields.check_text(body.content, "content")
     if body.metadata is not UNSET:
         fields.check_metadata(body.metadata)
-    store = await the_store(request)
-    principal = principal_of(request)
-    ctx = rules.WriteContext(principal)
-    async with request.app[PLANNED_ONCE_POOL].acquire() as conn, conn.transaction():
-        memory = await _path_memory(
-            conn, principal, store, request.match_info["memory_id"], for_update=True
-        )
+    store = await find_store(app, principal, store_ref)
+    async with app[PLANNED_ONCE_POOL].acquire() as conn, conn.transaction():
+        memory = await _path_memory(conn, principal, store, memory_id, for_update=True)
         if body.path is not UNSET and body.path != memory.path:
             raise Invalid("path is immutable: write a new memory at the new path instead")
-        content = memory.text if body.content is UNSET else body.content
-        metadata = memory.metadata if body.metadata is UNSET else body.metadata
-        unchanged = content == memory.text and metadata == memory.metadata
-        stale = body.content_sha256 is not UNSET and body.content_sha256 != memory.content_sha256
-        # A stale precondition is fine when the request is already the stored state (a
-        # retry of an update that applied): answer as if it just did.
-        if stale and not unchanged:
-            raise Conflict(
-                "content_sha256 does not match the stored content: it changed since you "
-                f"read it (stored: {memory.content_sha256})"
+        if _changes(memory, body):
+            patch = items.MemoryPatch(text=body.content, metadata=body.metadata)
+            memory = await rules.patch(
+                conn, rules.WriteContext(principal), memory.id, items.columns_of(patch)
             )
-        if not unchanged:
-            patch = items.MemoryPatch(
-                text=UNSET if body.content is UNSET else body.content,
-                metadata=UNSET if body.metadata is UNSET else body.metadata,
-            )
-            memory = await rules.patch(conn, ctx, memory.id, items.columns_of(patch))
-    return json_response(full_object(memory))
+    return full_object(memory)
+
+
+def _changes(memory: Memory, body: PathMemoryUpdate) -> bool:
+    """Whether ``body`` changes ``memory``; a 409 if its precondition is stale."""
+    content = memory.text if body.content is UNSET else body.content
+    metadata = memory.metadata if body.metadata is UNSET else body.metadata
+    unchanged = content == memory.text and metadata == memory.metadata
+    stale = body.content_sha256 is not UNSET and body.content_sha256 != memory.content_sha256
+    # A stale precondition is fine when the request is already the stored state (a
+    # retry of an update that applied): answer as if it just did.
+    if stale and not unchanged:
+        raise Conflict(
+            "content_sha256 does not match the stored content: it changed since you "
+            f"read it (stored: {memory.content_sha256})"
+        )
+    return not unchanged
 
 
 async def delete_memory(request: web.Request) -> web.Response:
@@ -320,12 +358,18 @@ async def list_versions(request: web.Request) -> web.Response:
 
 
 async def list_memories(request: web.Request) -> web.Response:
-    limit = parse_limit(request)
-    after, before = paging_ids(request)
-    prefix = request.query.get("path_prefix", "")
-    store = await the_store(request, read=True)
-    principal = principal_of(request)
-    pool = request.app[READ_POOL]
+    principal, ref = principal_of(request), request.match_info["store_id"]
+    return json_response(await list_path_memories(request.app, principal, ref, request.query))
+
+
+async def list_path_memories(
+    app: web.Application, principal: Principal, store_ref: str, query: Query
+) -> dict[str, Any]:
+    """A page of a store's memories by path, for these query parameters (no content)."""
+    limit = parse_limit(query)
+    after, before = paging_ids(query)
+    store = await find_store(app, principal, store_ref, read=True)
+    pool = app[READ_POOL]
     anchor: str | None = None
     if after is not None or before is not None:
         anchor_id = after or before
@@ -335,9 +379,9 @@ async def list_memories(request: web.Request) -> web.Response:
             name = "after_id" if after else "before_id"
             raise Invalid(f"{name} {anchor_id!r} is not a memory of this store")
     entries, has_more = await stores.list_entries(
-        pool, principal, store.id, prefix=prefix,
+        pool, principal, store.id, prefix=query.get("path_prefix", ""),
         after=None if anchor is None or after is None else (anchor, after),
         before=None if anchor is None or before is None else (anchor, before),
         limit=limit,
     )  # fmt: skip
-    return json_response(page([entry_object(e, store.id) for e in entries], has_more))
+    return page([entry_object(e, store.id) for e in entries], has_more)

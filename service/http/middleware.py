@@ -34,7 +34,7 @@ from service.http.inputs import abandon_body
 from service.http.outage import RETRY_AFTER_S, is_rolled_back, is_unavailable
 from service.http.route import Handler
 from service.ids import new_id
-from service.problems import Problem
+from service.problems import Problem, missing_scope
 from service.queries import keys
 from service.queries.keys import Principal
 from service.queries.ratelimit import Decision
@@ -70,10 +70,10 @@ def _from_http_exception(request: web.Request, exc: web.HTTPException) -> ApiErr
     return ApiError(status, message, kind=KIND_BY_STATUS.get(status, "invalid_request_error"))
 
 
-def _unexpected(request: web.Request, exc: Exception) -> ApiError:
-    """An exception no handler turned into an ``ApiError``: the database being away (503,
-    reported by ``service.http.outage``), or a bug (500: the traceback goes to the log under
-    the request id, the client sees only the id)."""
+def unexpected_error(request: web.Request, exc: Exception) -> ApiError:
+    """An exception no handler (or MCP tool) turned into an ``ApiError``: the database
+    being away (503, reported by ``service.http.outage``), or a bug (500: the traceback
+    goes to the log under the request id, the client sees only the id)."""
     if is_rolled_back(exc):
         log.info(
             "rolled back to resolve a conflict with a concurrent request",
@@ -121,7 +121,7 @@ async def context_middleware(request: web.Request, handler: Handler) -> web.Stre
     except asyncio.CancelledError:
         raise
     except Exception as exc:
-        response = render_error(_unexpected(request, exc))
+        response = render_error(unexpected_error(request, exc))
     else:
         if request.get(PRINCIPAL) is not None and response.status < 500:
             request.app[OUTAGE].recovered()  # a key was checked: the database answered
@@ -231,7 +231,7 @@ def _refused(
             headers={"Retry-After": str(decision.retry_after)},
             retry_after=decision.retry_after,
         )
-    return ApiError(403, f"This API key lacks the '{scope}' scope")
+    return api_error_of(missing_scope(scope))
 
 
 def principal_of(request: web.Request) -> Principal:

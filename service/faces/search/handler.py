@@ -26,9 +26,11 @@ from service.app_keys import (
 from service.faces.search.request import MAX_QUERY_BYTES, parse_request
 from service.http.inputs import body_of
 from service.http.middleware import phase, principal_of
+from service.queries.keys import Principal
 from service.retrieval import engine
 from service.retrieval.deps import SearchDeps, untimed
-from service.retrieval.memory_models import pick_model
+from service.retrieval.memory_models import MemoryModel, pick_model
+from service.retrieval.search_request import SearchRequest
 
 # A body larger than this is not read before its key is checked.
 PREFETCH_MAX_BODY = 64 * 1024
@@ -60,13 +62,25 @@ async def search(request: web.Request) -> web.Response:
     model = pick_model(request.headers.get("X-WOS-Model"))
     req = parse_request(await body_of(request), model, request.headers.get("X-WOS-Form"))
     deps = search_deps(request.app, functools.partial(phase, request))
-    # The model encodes the query while the store is looked up (~1 ms saved of each
-    # search). Not for a cacheable search: a cache hit needs no vector.
+    answer = await search_early(deps, principal_of(request), model, req)
+    return web.Response(
+        body=with_warnings(answer.body, req.warnings),
+        content_type="application/json",
+        headers={"X-Cache": answer.cache, "X-Usage-Units": f"{answer.units:.4f}"},
+    )
+
+
+async def search_early(
+    deps: SearchDeps, principal: Principal, model: MemoryModel, req: SearchRequest
+) -> engine.Answer:
+    """``engine.search``, the query's vector started first: the model encodes it while
+    the store is looked up (~1 ms saved of each search). Not for a cacheable search: a
+    cache hit needs no vector."""
     early = None
     if req.cache_ttl is None and deps.queries is not None:
         early = asyncio.ensure_future(deps.queries.encode(req.query))
     try:
-        answer = await engine.search(deps, principal_of(request), model, req, early)
+        return await engine.search(deps, principal, model, req, early)
     finally:
         if early is not None:
             # Not needed (a 404): stop waiting. The model still finishes the batch it is
@@ -74,10 +88,6 @@ async def search(request: web.Request) -> web.Response:
             early.cancel()
             if early.done() and not early.cancelled():
                 early.exception()  # retrieved: a failure here was answered already
-    return web.Response(
-        body=with_warnings(answer.body, req.warnings), content_type="application/json",
-        headers={"X-Cache": answer.cache, "X-Usage-Units": f"{answer.units:.4f}"},
-    )  # fmt: skip
 
 
 def search_deps(app: web.Application, phase: Callable[[str, float], None] = untimed) -> SearchDeps:
