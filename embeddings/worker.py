@@ -9,7 +9,8 @@ claimed again. A text that fails to encode is retried with backoff, then marked
 ``failed`` with its error after ``max_attempts``.
 
 Workers wake on ``LISTEN mneme_embed`` (writers ``NOTIFY`` on commit) and poll as a
-fallback, so a lost notification only costs ``poll_s``.
+fallback, so a lost notification only costs ``poll_s``; woken, they wait ``linger_s`` (10 ms)
+to take a burst of writes together.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +34,13 @@ log = logging.getLogger("mneme.worker")
 
 CHANNEL = "mneme_embed"
 
+# What the worker commits can be done again, so it commits without waiting for the WAL to
+# reach the disk (synchronous_commit off for its own transaction: set_config's ``true``).
+# A crash can lose the last fraction of a second of claims and vectors: those memories
+# are pending again, and embedded again. The writers it shares the disk with (and, in
+# ``mneme serve``, the CPU) do not queue behind its flushes.
+LAZY_COMMIT = "(SELECT set_config('synchronous_commit', 'off', true)) lazy_commit"
+
 # A batch is shared fairly among the workspaces with memories waiting: each gets its
 # oldest first, round by round (every workspace's oldest, then every one's second
 # oldest, ...), so one tenant's bulk import of a million memories cannot hold back
@@ -41,7 +50,7 @@ CHANNEL = "mneme_embed"
 # from its own part of the same index, at most 4 x :claim_size read each. The rows
 # offered are locked and checked again as they are claimed: a row another worker is
 # claiming at this moment is skipped, one it has claimed (leased) is not offered.
-CLAIM = NamedSQL("""
+CLAIM = NamedSQL(f"""
 WITH RECURSIVE waiting AS (
     (SELECT workspace_id FROM memories WHERE embedding_status = 'pending'
      ORDER BY workspace_id LIMIT 1)
@@ -85,7 +94,7 @@ WITH RECURSIVE waiting AS (
 UPDATE memories m
 SET embedding_lease_until = now() + make_interval(secs => :lease_s),
     embedding_attempts = m.embedding_attempts + 1
-FROM claimed c
+FROM claimed c, {LAZY_COMMIT}
 WHERE m.workspace_id = c.workspace_id AND m.id = c.id
 RETURNING m.workspace_id, m.id, m.text, m.speaker, m.embedding_generation,
           m.embedding_attempts, m.updated_at, c.round
@@ -94,7 +103,7 @@ RETURNING m.workspace_id, m.id, m.text, m.speaker, m.embedding_generation,
 
 CLAIM_RETRIES = 2
 
-STORE = NamedSQL("""
+STORE = NamedSQL(f"""
 UPDATE memories m
 SET embedding = v.embedding,
     embedding_model = :model,
@@ -106,7 +115,7 @@ SET embedding = v.embedding,
     chunked = v.chunked
 FROM unnest(:workspaces::text[], :ids::text[], :generations::int[], :embeddings::vector[],
             :tokens::int[], :chunked::boolean[])
-     AS v(workspace_id, id, generation, embedding, tokens, chunked)
+     AS v(workspace_id, id, generation, embedding, tokens, chunked), {LAZY_COMMIT}
 WHERE m.workspace_id = v.workspace_id AND m.id = v.id
   AND m.embedding_generation = v.generation
   AND m.embedding_status = 'pending'
@@ -162,7 +171,8 @@ WHERE m.workspace_id = v.workspace_id AND m.id = v.id
 # them, and every full-text search reads the whole list meanwhile: right after a bulk
 # import, 1.1 ms of a 2.4 ms full-text arm at 663 memories. Every written memory passes
 # through the queue (its vector's UPDATE adds it to the list once more), so the worker
-# merges the list when the queue empties: searches pay nothing, writes nothing extra.
+# merges the list when the queue empties, at most once a second (``clean_every_s``):
+# searches read at most a second's writes there, and writes pay nothing extra.
 CLEAN_TEXT_INDEX = "SELECT gin_clean_pending_list('memories_search_tsv'::regclass)"
 
 QUEUE = NamedSQL("""
@@ -204,6 +214,14 @@ class WorkerConfig:
     lease_s: float = 60.0
     poll_s: float = 5.0
     max_attempts: int = 5
+    # Woken by a write, the worker waits this long before it claims: the writes of one
+    # burst (an agent's turn, a batch sent item by item) are encoded together, and the
+    # write whose commit woke it has sent its answer before the worker takes the CPU
+    # (in ``mneme serve`` they share one).
+    linger_s: float = 0.01
+    # The text index's pending list is merged (CLEAN_TEXT_INDEX) at most this often: a
+    # trickle of writes pays one merge a second, not one per write.
+    clean_every_s: float = 1.0
 
 
 @dataclass
@@ -256,6 +274,7 @@ class Worker:
         self.stats = WorkerStats()
         self._wake = asyncio.Event()
         self._may_clean = True
+        self._cleaned_at = -math.inf  # time.monotonic() of the last merge
         # One long-lived thread for the model: torch/oneDNN warm per-thread caches, which a
         # fresh pool thread would rebuild (seen as a slow first batch on each new thread).
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mneme-encode")
@@ -485,6 +504,7 @@ class Worker:
         own the table): never tried again, autovacuum does it instead."""
         if not self._may_clean:
             return True
+        self._cleaned_at = time.monotonic()
         try:
             await self.pool.execute(CLEAN_TEXT_INDEX)
         except asyncpg.InsufficientPrivilegeError as exc:
@@ -499,6 +519,24 @@ class Worker:
 
     def _notified(self, *args: object) -> None:
         self._wake.set()
+
+    def _clean_due(self) -> float:
+        """Seconds until the text index may be merged again (0 or less: now)."""
+        return self._cleaned_at + self.config.clean_every_s - time.monotonic()
+
+    async def _idle(self, stop: asyncio.Event, at_most_s: float) -> None:
+        """Sleep until notified, stopped, or ``at_most_s`` (at most ``poll_s``) passes;
+        notified, linger ``linger_s`` more."""
+        waiters = [asyncio.ensure_future(self._wake.wait()), asyncio.ensure_future(stop.wait())]
+        await asyncio.wait(
+            waiters,
+            timeout=min(self.config.poll_s, max(0.0, at_most_s)),
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+        for w in waiters:
+            w.cancel()
+        if self._wake.is_set() and not stop.is_set():
+            await asyncio.sleep(self.config.linger_s)
 
     async def _listen(self, old: asyncpg.Connection | None) -> asyncpg.Connection | None:
         """A connection listening on ``CHANNEL`` (a new one if ``old`` was lost: a
@@ -562,17 +600,9 @@ class Worker:
                 if claimed:
                     dirty = True
                     continue
-                if dirty:
+                if dirty and self._clean_due() <= 0:
                     dirty = not await self.clean_text_index()
-                waiters = [
-                    asyncio.ensure_future(self._wake.wait()),
-                    asyncio.ensure_future(stop.wait()),
-                ]
-                await asyncio.wait(
-                    waiters, timeout=self.config.poll_s, return_when=asyncio.FIRST_COMPLETED
-                )
-                for w in waiters:
-                    w.cancel()
+                await self._idle(stop, self._clean_due() if dirty else self.config.poll_s)
         finally:
             if listener is not None:
                 await self._unlisten(listener)

@@ -103,9 +103,11 @@ def database_lifetime(
         # Behind a transaction pooler, the settings are stored for the role before any
         # pooled connection opens: on the direct connection, if there is one.
         await db.prepare_schema(
-            settings.session_url(url) or url, auto_migrate=settings.embedded,
-            pooled=settings.transaction_pooled, wait_s=settings.database_wait_s,
-        )  # fmt: skip
+            settings.session_url(url) or url,
+            auto_migrate=settings.embedded,
+            pooled=settings.transaction_pooled,
+            wait_s=settings.database_wait_s,
+        )
         app[DATABASE_URL] = url
         async with contextlib.AsyncExitStack() as stack:
             await _open_pools(app, url, stack)

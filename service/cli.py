@@ -243,10 +243,12 @@ async def cmd_worker(settings: Settings, args: argparse.Namespace) -> None:
         embedder = await asyncio.to_thread(_embedder, settings)
         outage = Outage()
         worker = Worker(
-            pool, embedder, worker_config(settings),
+            pool,
+            embedder,
+            worker_config(settings),
             on_error=lambda exc: outage.note(exc, log, "worker batch failed"),
             listen=worker_listen(settings, await db.resolve_url(settings, create=False)),
-        )  # fmt: skip
+        )
         try:
             if args.once:
                 count = await worker.drain()
@@ -307,8 +309,11 @@ async def cmd_import(settings: Settings, args: argparse.Namespace) -> None:
                     progress=bar.update,
                 )
             except transfer.ImportRefused as exc:
-                done = (f"lines 1-{exc.through} were imported, nothing after them"
-                        if exc.through else "nothing was imported")  # fmt: skip
+                done = (
+                    f"lines 1-{exc.through} were imported, nothing after them"
+                    if exc.through
+                    else "nothing was imported"
+                )
                 raise CliError(f"{path}: {exc} ({done})") from None
     print(
         f"created {result.created}, deduplicated {result.deduplicated}, "
@@ -327,10 +332,12 @@ async def cmd_export(settings: Settings, args: argparse.Namespace) -> None:
         try:
             async with (
                 pool.acquire() as conn,
-                contextlib.aclosing(transfer.export_store(
-                    conn, ws.id, store.id, include_deleted=args.include_deleted
-                )) as lines,
-            ):  # fmt: skip
+                contextlib.aclosing(
+                    transfer.export_store(
+                        conn, ws.id, store.id, include_deleted=args.include_deleted
+                    )
+                ) as lines,
+            ):
                 # Progress on stderr: with -o FILE, or on a terminal while stdout is piped.
                 shown = bool(args.output) or sys.stderr.isatty()
                 with tqdm(unit="mem", file=sys.stderr, disable=not shown) as bar:
@@ -483,9 +490,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             asyncio.run(ASYNC_COMMANDS[args.command](settings, args))
     except (
-        CliError, SettingsError, migrations.MigrationError, db.NoEmbeddedData,
+        CliError,
+        SettingsError,
+        migrations.MigrationError,
+        db.NoEmbeddedData,
         db.DatabaseUnreachable,
-    ) as exc:  # fmt: skip
+    ) as exc:
         print(f"mneme: error: {exc}", file=sys.stderr)
         return 1
     return 0

@@ -246,8 +246,11 @@ class Settings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
-        kwargs = {attr: parse(name, raw) for name, attr, parse in VARIABLES
-                  if (raw := env.get(name)) not in (None, "")}  # fmt: skip
+        kwargs = {
+            attr: parse(name, raw)
+            for name, attr, parse in VARIABLES
+            if (raw := env.get(name)) not in (None, "")
+        }
         settings = cls(**kwargs)  # type: ignore[arg-type]
         if settings.pool_min > settings.pool_max:
             raise SettingsError("MNEME_POOL_MIN must not exceed MNEME_POOL_MAX")

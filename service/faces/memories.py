@@ -74,9 +74,11 @@ async def _replay(
             "been purged or is no longer readable by this key; nothing was written"
         )
     return web.Response(
-        body=stored.response, status=stored.status, content_type="application/json",
+        body=stored.response,
+        status=stored.status,
+        content_type="application/json",
         headers={"Idempotent-Replayed": "true"},
-    )  # fmt: skip
+    )
 
 
 def _rendered(results: list[rules.Written], batch: bool) -> tuple[int, bytes]:

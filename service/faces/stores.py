@@ -92,8 +92,18 @@ def full_object(m: Memory) -> dict[str, Any]:
     out = entry_object(m, m.store_id)
     out["content"] = m.text
     # The seed's key order, with content beside the path.
-    order = ["id", "type", "memory_store_id", "path", "content", "content_size_bytes",
-             "content_sha256", "metadata", "created_at", "updated_at"]  # fmt: skip
+    order = [
+        "id",
+        "type",
+        "memory_store_id",
+        "path",
+        "content",
+        "content_size_bytes",
+        "content_sha256",
+        "metadata",
+        "created_at",
+        "updated_at",
+    ]
     return {k: out[k] for k in order}
 
 
@@ -159,9 +169,13 @@ async def create_store(request: web.Request) -> web.Response:
     body = await read_body(request, StoreCreate)
     check_store_fields(body.name, body.metadata)
     store = await stores.create_store(
-        request.app[POOL], principal_of(request).workspace_id, body.name, body.description,
-        body.metadata, body.strip_temporal,
-    )  # fmt: skip
+        request.app[POOL],
+        principal_of(request).workspace_id,
+        body.name,
+        body.description,
+        body.metadata,
+        body.strip_temporal,
+    )
     if store is None:
         raise Conflict(f"A memory store named {body.name!r} already exists")
     return json_response(store_object(store), status=201)
@@ -195,10 +209,14 @@ async def update_store(request: web.Request) -> web.Response:
         raise Conflict("The default store cannot be renamed")
     try:
         updated = await stores.update_store(
-            request.app[POOL], principal_of(request).workspace_id, store, name,
-            store.description if body.description is UNSET else body.description, metadata,
+            request.app[POOL],
+            principal_of(request).workspace_id,
+            store,
+            name,
+            store.description if body.description is UNSET else body.description,
+            metadata,
             store.strip_temporal if body.strip_temporal is UNSET else body.strip_temporal,
-        )  # fmt: skip
+        )
     except asyncpg.UniqueViolationError:
         raise Conflict(f"A memory store named {name!r} already exists") from None
     if updated is None:  # deleted since it was looked up
@@ -379,9 +397,12 @@ async def list_path_memories(
             name = "after_id" if after else "before_id"
             raise Invalid(f"{name} {anchor_id!r} is not a memory of this store")
     entries, has_more = await stores.list_entries(
-        pool, principal, store.id, prefix=query.get("path_prefix", ""),
+        pool,
+        principal,
+        store.id,
+        prefix=query.get("path_prefix", ""),
         after=None if anchor is None or after is None else (anchor, after),
         before=None if anchor is None or before is None else (anchor, before),
         limit=limit,
-    )  # fmt: skip
+    )
     return page([entry_object(e, store.id) for e in entries], has_more)

@@ -101,8 +101,10 @@ async def _read_body(request: web.Request) -> bytes:
         raise ApiError(408, f"The request body did not arrive within {timeout:g} seconds") from None
     except (ConnectionError, web.RequestPayloadError) as exc:
         if isinstance(exc.__cause__, PayloadEncodingError):
-            raise Invalid("The request body could not be decoded as its Content-Encoding "
-                              "says (gzip, deflate, br)") from None  # fmt: skip
+            raise Invalid(
+                "The request body could not be decoded as its Content-Encoding "
+                "says (gzip, deflate, br)"
+            ) from None
         raise Invalid("The connection closed before the request body was complete") from None
 
 

@@ -51,8 +51,15 @@ async def _register(conn: asyncpg.Connection, workspace_id: str, secret: str) ->
     owner = await keys.key_workspace(conn, secret)
     if owner is None:
         try:
-            await keys.create_key(conn, workspace_id, kind="service", member=None,
-                                  scopes=ALL_SCOPES, name="bootstrap", secret=secret)  # fmt: skip
+            await keys.create_key(
+                conn,
+                workspace_id,
+                kind="service",
+                member=None,
+                scopes=ALL_SCOPES,
+                name="bootstrap",
+                secret=secret,
+            )
         except asyncpg.UniqueViolationError:
             owner = await keys.key_workspace(conn, secret)
         else:
@@ -62,8 +69,9 @@ async def _register(conn: asyncpg.Connection, workspace_id: str, secret: str) ->
     if len(secret) < SHORT_KEY:
         log.warning(
             "MNEME_BOOTSTRAP_KEY is shorter than %d characters: an admin key that can be "
-            "guessed; use a long random one (openssl rand -hex 24)", SHORT_KEY,
-        )  # fmt: skip
+            "guessed; use a long random one (openssl rand -hex 24)",
+            SHORT_KEY,
+        )
 
 
 def first_key_box(secret: str) -> str:

@@ -96,8 +96,9 @@ def _write_tuning(pgdata: Path) -> None:
     conf = pgdata / "postgresql.conf"
     lines = [f"{k} = '{v}'" for k, v in embedded_tuning(machine_memory()).items()]
     target = pgdata / TUNING_FILE
-    target.write_text("# Written by mneme at every start; ALTER SYSTEM overrides it.\n"
-                      + "\n".join(lines) + "\n")  # fmt: skip
+    target.write_text(
+        "# Written by mneme at every start; ALTER SYSTEM overrides it.\n" + "\n".join(lines) + "\n"
+    )
     owner = conf.stat()
     os.chown(target, owner.st_uid, owner.st_gid)
     if INCLUDE_LINE not in conf.read_text():
@@ -350,9 +351,11 @@ async def connect(
     once."""
     url = await resolve_url(settings, create=False)
     await prepare_schema(
-        url, auto_migrate=settings.embedded, pooled=settings.transaction_pooled,
+        url,
+        auto_migrate=settings.embedded,
+        pooled=settings.transaction_pooled,
         wait_s=settings.database_wait_s if wait else 0.0,
-    )  # fmt: skip
+    )
     pool = await create_pool(url, settings.with_overrides(pool_min=1, pool_max=pool_max))
     try:
         yield pool

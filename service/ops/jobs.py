@@ -113,8 +113,10 @@ async def janitor(app: web.Application) -> AsyncIterator[None]:
         # A build holds a lock for its session: not through a transaction pooler.
         url = settings.session_url(app[DATABASE_URL])
         if url is None:
-            log.warning("no large-store indexes behind a transaction pooler without "
-                        "MNEME_DIRECT_DATABASE_URL; large stores use the shared index")  # fmt: skip
+            log.warning(
+                "no large-store indexes behind a transaction pooler without "
+                "MNEME_DIRECT_DATABASE_URL; large stores use the shared index"
+            )
             return
         while True:
             try:

@@ -69,12 +69,18 @@ async def load_model(slot: EmbedderSlot, settings: Settings) -> None:
         except Exception as exc:
             if pause is None or isinstance(exc, ModelMismatch):
                 slot.state = "failed"
-                log.critical("could not load the embedding model; stopping the process",
-                             exc_info=True, extra={"attempts": attempt})  # fmt: skip
+                log.critical(
+                    "could not load the embedding model; stopping the process",
+                    exc_info=True,
+                    extra={"attempts": attempt},
+                )
                 asyncio.get_running_loop().call_soon(_stop_unloaded)
                 return
-            log.warning("could not load the embedding model; trying again", exc_info=True,
-                        extra={"attempt": attempt, "retry_in_s": pause})  # fmt: skip
+            log.warning(
+                "could not load the embedding model; trying again",
+                exc_info=True,
+                extra={"attempt": attempt, "retry_in_s": pause},
+            )
             await asyncio.sleep(pause)
             continue
         slot.set(embedder)
@@ -167,10 +173,12 @@ async def embedding_worker(app: web.Application) -> AsyncIterator[None]:
         await slot.ready.wait()
         assert slot.embedder is not None
         worker = Worker(
-            app[POOL], slot.embedder, worker_config(app[SETTINGS]),
+            app[POOL],
+            slot.embedder,
+            worker_config(app[SETTINGS]),
             on_error=lambda exc: app[OUTAGE].note(exc, log, "worker batch failed"),
             listen=worker_listen(app[SETTINGS], app[DATABASE_URL]),
-        )  # fmt: skip
+        )
         worker.stats.observers.append(metrics.observe_batch)
         try:
             await worker.run(stop)

@@ -35,9 +35,11 @@ async def written_per_day(
 ) -> list[Written]:
     """Memories created on each day from ``start`` to ``end`` (both included), by store."""
     values = {
-        "workspace": principal.workspace_id, "is_service": principal.is_service,
-        "member": principal.member, "rooms": principal.rooms,
+        "workspace": principal.workspace_id,
+        "is_service": principal.is_service,
+        "member": principal.member,
+        "rooms": principal.rooms,
         "start": datetime.combine(start, time(), UTC),
         "stop": datetime.combine(end, time.max, UTC),
-    }  # fmt: skip
+    }
     return [Written(**r) for r in await WRITTEN.fetch(pool, **values)]

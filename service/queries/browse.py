@@ -120,14 +120,19 @@ async def window(
 ) -> Window:
     created_at, memory_id = after or FIRST_PAGE
     values: dict[str, object] = {
-        **readable_by(principal), "after_created_at": created_at, "after_id": memory_id,
+        **readable_by(principal),
+        "after_created_at": created_at,
+        "after_id": memory_id,
         "limit": limit + 1,
-        "statuses": filters.statuses, "tiers": filters.tiers, "fact_types": filters.fact_types,
-        "not_fact_types": filters.not_fact_types, "scope": filters.scope,
+        "statuses": filters.statuses,
+        "tiers": filters.tiers,
+        "fact_types": filters.fact_types,
+        "not_fact_types": filters.not_fact_types,
+        "scope": filters.scope,
         "provider": filters.provider,
         "pattern": None if filters.search is None else like_pattern(filters.search),
         "fact_type_given": filters.fact_type_given,
-    }  # fmt: skip
+    }
     statement = WINDOW
     if filters.store_id is not None:
         statement = WINDOW_IN_STORE

@@ -78,9 +78,12 @@ async def insert(
     assert all(set(r) == set(columns) for r in rows), "one statement sets one set of columns"
     statement = insert_statement(columns)
     values: dict[str, Any] = {
-        "workspace": workspace_id, "actor": actor, "ids": ids, "stores": list(stores),
+        "workspace": workspace_id,
+        "actor": actor,
+        "ids": ids,
+        "stores": list(stores),
         "version_ids": [new_id("memver") for _ in rows],
-    }  # fmt: skip
+    }
     for c in columns:
         values[c] = [_encoded(c, r[c]) for r in rows]
     found = await statement.fetch(conn, **values)
@@ -122,11 +125,14 @@ async def duplicates(
         return {}
     values = {
         "workspace": workspace_id,
-        "ords": [w.ord for w in wanted], "stores": [w.store_id for w in wanted],
-        "sha256s": [w.sha256 for w in wanted], "scopes": [w.scope for w in wanted],
-        "speakers": [w.speaker for w in wanted], "texts": [w.text for w in wanted],
+        "ords": [w.ord for w in wanted],
+        "stores": [w.store_id for w in wanted],
+        "sha256s": [w.sha256 for w in wanted],
+        "scopes": [w.scope for w in wanted],
+        "speakers": [w.speaker for w in wanted],
+        "texts": [w.text for w in wanted],
         "medias": [w.media for w in wanted],
-    }  # fmt: skip
+    }
     found = await DUPLICATES.fetch(conn, **values)
     return {row["ord"]: _memory_of(row) for row in found}
 
@@ -163,11 +169,15 @@ async def holders(
     if not wanted:
         return {}
     values = {
-        "workspace": principal.workspace_id, "is_service": principal.is_service,
-        "member": principal.member, "rooms": principal.rooms,
-        "ords": [w.ord for w in wanted], "stores": [w.store_id for w in wanted],
-        "providers": [w.provider for w in wanted], "refs": [w.provider_ref for w in wanted],
-    }  # fmt: skip
+        "workspace": principal.workspace_id,
+        "is_service": principal.is_service,
+        "member": principal.member,
+        "rooms": principal.rooms,
+        "ords": [w.ord for w in wanted],
+        "stores": [w.store_id for w in wanted],
+        "providers": [w.provider for w in wanted],
+        "refs": [w.provider_ref for w in wanted],
+    }
     found = await HOLDERS.fetch(conn, **values)
     return {row["ord"]: _memory_of(row) if row["readable"] else None for row in found}
 

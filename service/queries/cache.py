@@ -63,9 +63,12 @@ class CacheKey:
 
 def _key(key: CacheKey) -> dict[str, object]:
     return {
-        "workspace_id": key.workspace_id, "store_id": key.store_id, "model": key.model,
-        "options_sha256": key.options_sha256, "reader_sha256": key.reader_sha256,
-    }  # fmt: skip
+        "workspace_id": key.workspace_id,
+        "store_id": key.store_id,
+        "model": key.model,
+        "options_sha256": key.options_sha256,
+        "reader_sha256": key.reader_sha256,
+    }
 
 
 async def cached(conn: Conn, key: CacheKey) -> Cached | None:
@@ -77,10 +80,16 @@ async def put_cached(conn: Conn, key: CacheKey, entry: Cached, ttl_s: float) -> 
     """Keeps an answer; nothing when its store was deleted since the search began."""
     with contextlib.suppress(asyncpg.ForeignKeyViolationError):
         await PUT_CACHED.execute(
-            conn, **_key(key), query=entry.query, query_tokens=entry.query_tokens,
-            result_tokens=entry.result_tokens, store_version=entry.store_version,
-            memory_ids=entry.memory_ids, response=entry.response, ttl_s=ttl_s,
-        )  # fmt: skip
+            conn,
+            **_key(key),
+            query=entry.query,
+            query_tokens=entry.query_tokens,
+            result_tokens=entry.result_tokens,
+            store_version=entry.store_version,
+            memory_ids=entry.memory_ids,
+            response=entry.response,
+            ttl_s=ttl_s,
+        )
 
 
 async def prune(conn: Conn) -> None:

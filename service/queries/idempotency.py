@@ -92,9 +92,15 @@ async def save(
     memory_ids: list[str],
 ) -> None:
     await SAVE.execute(
-        conn, workspace=principal.workspace_id, api_key=principal.key_id, key=key,
-        request_sha256=request_sha256, status=status, response=response, memory_ids=memory_ids,
-    )  # fmt: skip
+        conn,
+        workspace=principal.workspace_id,
+        api_key=principal.key_id,
+        key=key,
+        request_sha256=request_sha256,
+        status=status,
+        response=response,
+        memory_ids=memory_ids,
+    )
 
 
 async def prune(conn: Conn) -> None:

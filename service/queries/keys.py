@@ -92,9 +92,15 @@ async def create_key(
     """Store a new key; returns it with its secret, which is never readable again."""
     secret = secret or new_secret()
     row = await INSERT_KEY.fetchrow(
-        conn, workspace=workspace_id, id=new_id("key"), kind=kind, member=member, scopes=scopes,
-        name=name, secret_sha256=digest(secret),
-    )  # fmt: skip
+        conn,
+        workspace=workspace_id,
+        id=new_id("key"),
+        kind=kind,
+        member=member,
+        scopes=scopes,
+        name=name,
+        secret_sha256=digest(secret),
+    )
     assert row is not None
     return ApiKey(**row), secret
 
@@ -188,9 +194,12 @@ async def authenticate_and_count(
     """The principal and its workspace's rate-limit decision; ``None`` for a bad key."""
     presented = digest(secret)
     row = await AUTHENTICATE_AND_COUNT.fetchrow(
-        conn, secret_sha256=presented, free=limits["free"], pro=limits["pro"],
+        conn,
+        secret_sha256=presented,
+        free=limits["free"],
+        pro=limits["pro"],
         scale=limits["scale"],
-    )  # fmt: skip
+    )
     if row is None or (principal := _principal(row, presented)) is None:
         return None
     decision = ratelimit.decision(

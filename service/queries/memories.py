@@ -120,14 +120,31 @@ WRITABLE = (
 )
 # Each writable column's type, for a parameter that sets it.
 COLUMN_TYPES = {
-    "text": "text", "kind": "text", "media": "bytea", "media_type": "text", "scope": "text",
-    "tier": "text", "fact_type": "text", "status": "text", "provider": "text",
-    "provider_ref": "text", "entity_refs": "text[]", "proof_count": "int4", "category": "text",
-    "importance": "float8", "speaker": "text", "event_date": "timestamptz", "path": "text",
-    "metadata": "jsonb", "content_sha256": "text", "content_size_bytes": "int4",
-    "expires_at": "timestamptz", "transitory": "bool", "first_seen_at": "timestamptz",
+    "text": "text",
+    "kind": "text",
+    "media": "bytea",
+    "media_type": "text",
+    "scope": "text",
+    "tier": "text",
+    "fact_type": "text",
+    "status": "text",
+    "provider": "text",
+    "provider_ref": "text",
+    "entity_refs": "text[]",
+    "proof_count": "int4",
+    "category": "text",
+    "importance": "float8",
+    "speaker": "text",
+    "event_date": "timestamptz",
+    "path": "text",
+    "metadata": "jsonb",
+    "content_sha256": "text",
+    "content_size_bytes": "int4",
+    "expires_at": "timestamptz",
+    "transitory": "bool",
+    "first_seen_at": "timestamptz",
     "last_used_at": "timestamptz",
-}  # fmt: skip
+}
 assert set(COLUMN_TYPES) == set(WRITABLE)
 # Changing these changes what is embedded.
 EMBEDDED = frozenset({"text", "speaker"})
@@ -242,9 +259,11 @@ def readable_by(principal: Principal) -> dict[str, object]:
     """The values of ``mneme_readable(scope, :is_service, :member, :rooms)`` for a caller,
     with its ``:workspace``."""
     return {
-        "workspace": principal.workspace_id, "is_service": principal.is_service,
-        "member": principal.member, "rooms": principal.rooms,
-    }  # fmt: skip
+        "workspace": principal.workspace_id,
+        "is_service": principal.is_service,
+        "member": principal.member,
+        "rooms": principal.rooms,
+    }
 
 
 _SELECT_READABLE = f"""
@@ -339,9 +358,15 @@ async def find_duplicate(
     media: bytes | None,
 ) -> Memory | None:
     row = await SELECT_DUPLICATE.fetchrow(
-        conn, workspace=workspace_id, store=store_id, sha256=sha256, scope=scope,
-        speaker=speaker, text=text, media=media,
-    )  # fmt: skip
+        conn,
+        workspace=workspace_id,
+        store=store_id,
+        sha256=sha256,
+        scope=scope,
+        speaker=speaker,
+        text=text,
+        media=media,
+    )
     return None if row is None else _memory(row)
 
 
@@ -553,9 +578,13 @@ async def add_version(
 ) -> None:
     """A version row for ``memory`` as it now stands (in the caller's transaction)."""
     await INSERT_VERSION.execute(
-        conn, workspace=workspace_id, id=new_id("memver"), memory_id=memory.id,
-        operation=operation, actor=actor,
-    )  # fmt: skip
+        conn,
+        workspace=workspace_id,
+        id=new_id("memver"),
+        memory_id=memory.id,
+        operation=operation,
+        actor=actor,
+    )
 
 
 # What a version says of the content (its text, the text's sha256, its path) only where

@@ -54,9 +54,12 @@ async def hit(conn: Conn, workspace_id: str, limit: int) -> Decision:
     row = await HIT.fetchrow(conn, workspace=workspace_id, limit=limit)
     assert row is not None
     return decision(
-        limit, row["allowed"], row["current_count"], row["previous_count"],
+        limit,
+        row["allowed"],
+        row["current_count"],
+        row["previous_count"],
         row["elapsed_fraction"],
-    )  # fmt: skip
+    )
 
 
 async def prune(conn: Conn) -> None:

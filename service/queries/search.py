@@ -176,14 +176,16 @@ def _arm_statements(exact: bool, subset: str) -> ArmStatements:
     where = _WHERE + SUBSETS[subset]
     return ArmStatements(
         NamedSQL(_TEXT.format(where=where, **BM25_TERMS)),
-        NamedSQL(_VECTOR.format(
-            where=where,
-            # "+ 0" makes the sort key an expression the HNSW index cannot serve: an exact
-            # scan.
-            exact="+ 0" if exact else "",
-            last_used_at=LAST_USED_AT,
-        )),
-    )  # fmt: skip
+        NamedSQL(
+            _VECTOR.format(
+                where=where,
+                # "+ 0" makes the sort key an expression the HNSW index cannot serve: an exact
+                # scan.
+                exact="+ 0" if exact else "",
+                last_used_at=LAST_USED_AT,
+            )
+        ),
+    )
 
 
 STATEMENTS = {
@@ -255,17 +257,25 @@ async def store_and_profile(
         (False, None, []) if reader is None else (reader.is_service, reader.member, reader.rooms)
     )
     row = await STORE_AND_PROFILE.fetchrow(
-        conn, workspace=workspace_id, ref=ref, query=query, scopes=list(scopes),
-        is_service=is_service, member=member, rooms=rooms,
-    )  # fmt: skip
+        conn,
+        workspace=workspace_id,
+        ref=ref,
+        query=query,
+        scopes=list(scopes),
+        is_service=is_service,
+        member=member,
+        rooms=rooms,
+    )
     if row is None:
         return None
     store = Store(**{f.name: row[f.name] for f in fields(Store)})
     asked = ("lexemes", "readable_scopes", "speakers")
-    profile = Profile(**{f.name: row[f.name] for f in fields(Profile) if f.name not in asked},
-                      lexemes=tuple(row["lexemes"]),
-                      readable_scopes=frozenset(row["readable_scopes"]),
-                      speakers=tuple(row["speakers"]))  # fmt: skip
+    profile = Profile(
+        **{f.name: row[f.name] for f in fields(Profile) if f.name not in asked},
+        lexemes=tuple(row["lexemes"]),
+        readable_scopes=frozenset(row["readable_scopes"]),
+        speakers=tuple(row["speakers"]),
+    )
     return store, profile
 
 
@@ -332,16 +342,26 @@ def predicate_values(retrieval: RetrievalRequest) -> dict[str, object]:
     """The parameters of the search predicate (_WHERE), by name."""
     principal, filters = retrieval.principal, retrieval.filters
     return {
-        "workspace": principal.workspace_id, "store": retrieval.store_id,
-        "is_service": principal.is_service, "member": principal.member,
-        "rooms": principal.rooms, "categories": filters.categories, "tiers": filters.tiers,
-        "fact_types": filters.fact_types, "scopes": filters.scopes,
-        "entities": filters.entities, "created_after": filters.created_after,
-        "created_before": filters.created_before, "event_after": filters.event_after,
-        "event_before": filters.event_before, "min_importance": filters.min_importance,
-        "include_superseded": filters.include_superseded, "speaker": retrieval.speaker,
-        "self_only": retrieval.self_only, "images": retrieval.images,
-    }  # fmt: skip
+        "workspace": principal.workspace_id,
+        "store": retrieval.store_id,
+        "is_service": principal.is_service,
+        "member": principal.member,
+        "rooms": principal.rooms,
+        "categories": filters.categories,
+        "tiers": filters.tiers,
+        "fact_types": filters.fact_types,
+        "scopes": filters.scopes,
+        "entities": filters.entities,
+        "created_after": filters.created_after,
+        "created_before": filters.created_before,
+        "event_after": filters.event_after,
+        "event_before": filters.event_before,
+        "min_importance": filters.min_importance,
+        "include_superseded": filters.include_superseded,
+        "speaker": retrieval.speaker,
+        "self_only": retrieval.self_only,
+        "images": retrieval.images,
+    }
 
 
 def statement_values(retrieval: RetrievalRequest, *, budget: int) -> dict[str, object]:
@@ -352,9 +372,11 @@ def statement_values(retrieval: RetrievalRequest, *, budget: int) -> dict[str, o
         **predicate_values(retrieval),
         "query_vector": None if vector is None else Vector(vector),
         "query_text": retrieval.query_text if retrieval.use_fts else "",
-        "per_arm": retrieval.per_arm, "docs": float(profile.docs), "avgdl": profile.avgdl,
+        "per_arm": retrieval.per_arm,
+        "docs": float(profile.docs),
+        "avgdl": profile.avgdl,
         "budget": budget,
-    }  # fmt: skip
+    }
 
 
 def planned_once(profile: Profile) -> bool:

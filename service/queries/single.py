@@ -143,9 +143,13 @@ def _values(
     workspace_id: str, actor: str | None, store: str, columns: dict[str, Any]
 ) -> dict[str, Any]:
     return {
-        "workspace": workspace_id, "actor": actor, "store": store,
-        "id": new_id("mem"), "version_id": new_id("memver"), **columns,
-    }  # fmt: skip
+        "workspace": workspace_id,
+        "actor": actor,
+        "store": store,
+        "id": new_id("mem"),
+        "version_id": new_id("memver"),
+        **columns,
+    }
 
 
 def _memory(values: dict[str, Any]) -> Memory:
@@ -173,10 +177,11 @@ async def create_synced(
     assert row is not None
     found = dict(row.items())
     return Outcome(
-        store_id=found["named_id"], store_name=found["named_name"],
+        store_id=found["named_id"],
+        store_name=found["named_name"],
         speaker_known=bool(found["speaker_known"]),
         memory=None if found["id"] is None else _memory(found),
-    )  # fmt: skip
+    )
 
 
 async def store_and_lock(
@@ -184,8 +189,12 @@ async def store_and_lock(
 ) -> tuple[str, str, bool] | None:
     """The store's id and name, and whether the speaker is registered there (the text's
     lock is held when it is); None when there is no such store."""
-    values = {"workspace": workspace_id, "store": store, "speaker": speaker,
-              "content_sha256": sha256}  # fmt: skip
+    values = {
+        "workspace": workspace_id,
+        "store": store,
+        "speaker": speaker,
+        "content_sha256": sha256,
+    }
     row = await STORE_AND_LOCK.fetchrow(conn, **values)
     return None if row is None else (row["id"], row["name"], row["speaker_known"])
 
@@ -206,11 +215,13 @@ async def create_plain(
     names = tuple(c for c in WRITABLE if c in columns)
     statement = plain_statement(names)
     values = {
-        **_values(workspace_id, actor, "", columns), "id": memory_id, "store_id": store_id,
+        **_values(workspace_id, actor, "", columns),
+        "id": memory_id,
+        "store_id": store_id,
         "same_scope": scope,
         "same_speaker": columns.get("speaker"),
         "media": columns.get("media"),
-    }  # fmt: skip
+    }
     del values["store"]
     row = await statement.fetchrow(conn, **values)
     assert row is not None

@@ -58,9 +58,14 @@ async def create_store(
 ) -> Store | None:
     """``None`` when the name is taken (case-insensitively)."""
     row = await INSERT_STORE.fetchrow(
-        conn, workspace=workspace_id, id=new_id("memstore"), name=name, description=description,
-        metadata=metadata, strip_temporal=strip_temporal,
-    )  # fmt: skip
+        conn,
+        workspace=workspace_id,
+        id=new_id("memstore"),
+        name=name,
+        description=description,
+        metadata=metadata,
+        strip_temporal=strip_temporal,
+    )
     return None if row is None else Store(**row)
 
 
@@ -84,9 +89,14 @@ async def update_store(
     """``None`` when the store is gone (deleted meanwhile); raises
     ``asyncpg.UniqueViolationError`` when the new name is taken."""
     row = await UPDATE_STORE.fetchrow(
-        conn, workspace=workspace_id, id=store.id, name=name, description=description,
-        metadata=metadata, strip_temporal=strip_temporal,
-    )  # fmt: skip
+        conn,
+        workspace=workspace_id,
+        id=store.id,
+        name=name,
+        description=description,
+        metadata=metadata,
+        strip_temporal=strip_temporal,
+    )
     return None if row is None else Store(**row)
 
 
@@ -235,9 +245,12 @@ async def list_entries(
     (path, id); and whether more lie in the paging direction."""
     upper = successor(prefix)
     values = {
-        **readable_by(principal), "store": store_id, "prefix": prefix, "limit": limit + 1,
+        **readable_by(principal),
+        "store": store_id,
+        "prefix": prefix,
+        "limit": limit + 1,
         **({} if upper is None else {"upper": upper}),
-    }  # fmt: skip
+    }
     if before is not None:
         statement = LIST_BEFORE if upper is None else LIST_BEFORE_BOUNDED
         rows = await statement.fetch(conn, cursor=before[0], cursor_id=before[1], **values)

@@ -22,9 +22,12 @@ SET requests = u.requests + EXCLUDED.requests, units = u.units + EXCLUDED.units
 async def record_many(conn: Conn, batch: dict[tuple[str, str], tuple[int, float]]) -> None:
     """Add requests and units to today's rows, for each (workspace, endpoint) of ``batch``."""
     await RECORD_MANY.execute(
-        conn, workspaces=[w for w, _ in batch], endpoints=[e for _, e in batch],
-        requests=[r for r, _ in batch.values()], units=[n for _, n in batch.values()],
-    )  # fmt: skip
+        conn,
+        workspaces=[w for w, _ in batch],
+        endpoints=[e for _, e in batch],
+        requests=[r for r, _ in batch.values()],
+        units=[n for _, n in batch.values()],
+    )
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,14 @@ TTL_S = {"5m": 300.0, "1h": 3600.0}
 def options_key(req: SearchRequest) -> bytes:
     """Every request option except the query and cache_control."""
     options = {
-        "max_results": req.max_results, "speaker": req.speaker, "filters": req.filters,
-        "form": req.form, "tz": req.tz, "max_images": req.max_images, "verify": req.verify,
-    }  # fmt: skip
+        "max_results": req.max_results,
+        "speaker": req.speaker,
+        "filters": req.filters,
+        "form": req.form,
+        "tz": req.tz,
+        "max_images": req.max_images,
+        "verify": req.verify,
+    }
     return hashlib.sha256(msgspec.json.encode(options, enc_hook=str)).digest()
 
 

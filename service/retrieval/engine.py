@@ -83,10 +83,16 @@ async def search(
     prefix = answer_cache.prefix_tokens(entry, req.query)
     units = billing.write_units(req.cache_ttl, query_tokens, result_tokens, prefix)
     await answer_cache.write(
-        deps.cache_pool, key, req.cache_ttl, query=req.query, query_tokens=query_tokens,
-        result_tokens=result_tokens, store_version=store.version, memory_ids=returned,
+        deps.cache_pool,
+        key,
+        req.cache_ttl,
+        query=req.query,
+        query_tokens=query_tokens,
+        result_tokens=result_tokens,
+        store_version=store.version,
+        memory_ids=returned,
         response=encoded,
-    )  # fmt: skip
+    )
     return _billed(deps, principal, store.id, Answer(encoded, "write", units, returned))
 
 
@@ -106,9 +112,13 @@ async def _store_of(
     # may read: if it is still that store at that version, no other statement is needed.
     guess = deps.snapshots.guess(principal.workspace_id, req.store_ref)
     found = await search_sql.store_and_profile(
-        read, principal.workspace_id, req.store_ref, req.query, reader=principal,
+        read,
+        principal.workspace_id,
+        req.store_ref,
+        req.query,
+        reader=principal,
         scopes=guess.scopes if guess is not None else (),
-    )  # fmt: skip
+    )
     deps.phase("store", time.perf_counter() - started)
     if found is None:
         raise NotFound(f"Store {req.store_ref!r} not found")

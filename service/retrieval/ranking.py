@@ -76,8 +76,20 @@ def named_speaker(query: str, speakers: Iterable[str]) -> str | None:
     return named[0] if len(named) == 1 else None
 
 
-MONTHS = ("january", "february", "march", "april", "may", "june", "july", "august",
-          "september", "october", "november", "december")  # fmt: skip
+MONTHS = (
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+)
 # "May", "in May 2023", "May, 2023"; a year alone ("in 2022"). "May" as a verb ("may I")
 # is lower-case in a question, and a month's name is written with a capital.
 _MONTH = re.compile(r"\b(" + "|".join(m.capitalize() for m in MONTHS) + r")\b(?:,?\s+(\d{4}))?")
@@ -215,8 +227,9 @@ def below_superseders(ranked: Sequence[tuple[Candidate, float]]) -> list[tuple[C
 
     for c, _ in ranked:
         settle(c.id)
-    return sorted(((c, score[c.id]) for c, _ in ranked),
-                  key=lambda cs: (-cs[1], depth[cs[0].id], cs[0].id))  # fmt: skip
+    return sorted(
+        ((c, score[c.id]) for c, _ in ranked), key=lambda cs: (-cs[1], depth[cs[0].id], cs[0].id)
+    )
 
 
 def spread(

@@ -115,12 +115,19 @@ def main_retrieval(
     """The main retrieval, before its vector: everything but the agent's own words and
     images, when those are answered apart; verify's passes draw on it, a little deeper."""
     return RetrievalRequest(
-        principal=reader.principal, store_id=store_id, profile=profile, query_text=req.query,
-        vector=None, filters=req.filters,
-        per_arm=verify_depth(per_arm_of(req.max_results), req.verify), subset="all",
-        speaker=req.speaker, self_only=False if model.self_apart else None,
-        images=False if model.images else None, use_fts=model.fuse_text,
-    )  # fmt: skip
+        principal=reader.principal,
+        store_id=store_id,
+        profile=profile,
+        query_text=req.query,
+        vector=None,
+        filters=req.filters,
+        per_arm=verify_depth(per_arm_of(req.max_results), req.verify),
+        subset="all",
+        speaker=req.speaker,
+        self_only=False if model.self_apart else None,
+        images=False if model.images else None,
+        use_fts=model.fuse_text,
+    )
 
 
 async def _early_text_ranks(
@@ -155,18 +162,27 @@ async def _retrieve(
         ranked = await _ranked(context, main, ranks)
         memories = [c for c, _ in ranked[: req.max_results]]
         if req.verify:
-            order = pass_order(ranked, now=context.now, speaker=context.named_speaker,
-                               period=context.named_period)  # fmt: skip
+            order = pass_order(
+                ranked, now=context.now, speaker=context.named_speaker, period=context.named_period
+            )
             memories, verify_used = verify_passes(memories, order, req.max_results, req.verify)
     self_memories: list[Candidate] = []
     if model.self_apart:
-        own = replace(main, per_arm=per_arm, subset="self", speaker=None, self_only=True,
-                      images=None, filters=SearchFilters())  # fmt: skip
+        own = replace(
+            main,
+            per_arm=per_arm,
+            subset="self",
+            speaker=None,
+            self_only=True,
+            images=None,
+            filters=SearchFilters(),
+        )
         self_memories = [c for c, _ in (await _ranked(context, own))[: req.max_results]]
     images: list[Candidate] = []
     if model.images and req.max_images:
-        pictures = replace(main, per_arm=per_arm, subset="images", speaker=None,
-                           self_only=None, images=True)  # fmt: skip
+        pictures = replace(
+            main, per_arm=per_arm, subset="images", speaker=None, self_only=None, images=True
+        )
         images = [c for c, _ in (await _ranked(context, pictures))[: req.max_images]]
     return Found(memories, verify_used, self_memories, images)
 
@@ -190,9 +206,13 @@ async def _ranked(
     context.deps.metrics.retrievals.labels(path).inc()
     model = context.model
     return ranking.scored(
-        found, fuse_text=model.fuse_text, use_features=model.features, now=context.now,
-        speaker=context.named_speaker, period=context.named_period,
-    )  # fmt: skip
+        found,
+        fuse_text=model.fuse_text,
+        use_features=model.features,
+        now=context.now,
+        speaker=context.named_speaker,
+        period=context.named_period,
+    )
 
 
 def _render(

@@ -111,10 +111,12 @@ class Snapshot:
         avgdl = max(1.0, float(lengths.sum()) / max(1, len(c.rows)))
         self.norm_length = K1 * (1 - B + B * lengths / avgdl)
         self.nbytes = (
-            c.vectors.nbytes + c.chunk_vectors.nbytes + c.chunk_rows.nbytes
+            c.vectors.nbytes
+            + c.chunk_vectors.nbytes
+            + c.chunk_rows.nbytes
             + sum(r.nbytes + t.nbytes + len(w) + 64 for w, (r, t) in c.postings.items())
             + sum(len(r["text"]) + 400 for r in c.rows)  # a row's record and its parts
-        )  # fmt: skip
+        )
 
     def age(self) -> float:
         return time.monotonic() - self.read_at
@@ -150,9 +152,14 @@ class Snapshot:
         return passed[self.scope_codes]
 
     def allowed(
-        self, scopes: frozenset[str], *, subset: str, speaker: str | None,
-        self_only: bool | None, images: bool | None,
-    ) -> npt.NDArray[np.bool_]:  # fmt: skip
+        self,
+        scopes: frozenset[str],
+        *,
+        subset: str,
+        speaker: str | None,
+        self_only: bool | None,
+        images: bool | None,
+    ) -> npt.NDArray[np.bool_]:
         """``eligible`` rows whose scope is one of ``scopes``: all a retrieval without
         filters may return. Read-only: it is kept for the next search that asks."""
         key = (scopes, subset, speaker, self_only, images)
@@ -212,12 +219,17 @@ class Snapshot:
         return [s if has else None for s, has in zip(sims, self.has_vector[rows], strict=True)]
 
     def candidate(
-        self, row: int, record: asyncpg.Record, cosine: float | None, in_vec: bool,
+        self,
+        row: int,
+        record: asyncpg.Record,
+        cosine: float | None,
+        in_vec: bool,
         fts_rank: float | None,
-    ) -> Candidate:  # fmt: skip
+    ) -> Candidate:
         r = record
         # By position, in CANDIDATE_COLUMNS' order, which is Candidate's (positional
         # arguments: a tenth of the cost of keywords).
+        # Kept unformatted: sixteen fields one per line would hide their order.
         return Candidate(
             r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9],
             max(r[10], self.last_used[row]), cosine, in_vec, fts_rank, r[11], r[12],
@@ -299,9 +311,12 @@ def _from_memory(
     store's current version), readability (by ``scopes``, those the reader may read), and
     no filter."""
     mask = snap.allowed(
-        scopes, subset=retrieval.subset, speaker=retrieval.speaker,
-        self_only=retrieval.self_only, images=retrieval.images,
-    )  # fmt: skip
+        scopes,
+        subset=retrieval.subset,
+        speaker=retrieval.speaker,
+        self_only=retrieval.self_only,
+        images=retrieval.images,
+    )
     per_arm = retrieval.per_arm
     vec = snap.vector_arm(vector, mask, per_arm)
     text = snap.text_arm(retrieval.profile.lexemes, mask, per_arm) if retrieval.use_fts else NOTHING
@@ -317,9 +332,11 @@ async def _checked(
     """Proposed, then checked. Everything proposed passes for a service key without
     filters (unless a write lands meanwhile); a filter or a narrower reader passes fewer."""
     mask = snap.eligible(
-        subset=retrieval.subset, speaker=retrieval.speaker, self_only=retrieval.self_only,
+        subset=retrieval.subset,
+        speaker=retrieval.speaker,
+        self_only=retrieval.self_only,
         images=retrieval.images,
-    )  # fmt: skip
+    )
     per_arm = retrieval.per_arm
     unfiltered = retrieval.principal.is_service and retrieval.filters == UNFILTERED
     reach = per_arm if unfiltered else 3 * per_arm
@@ -355,9 +372,13 @@ class Snapshots:
     """The service's snapshots, and their reading in the background."""
 
     def __init__(
-        self, pool: asyncpg.Pool, *, max_bytes: int, reload_s: float = 1.0,
+        self,
+        pool: asyncpg.Pool,
+        *,
+        max_bytes: int,
+        reload_s: float = 1.0,
         max_age_s: float = 60.0,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.pool = pool
         self.max_bytes = max_bytes
         self.reload_s = reload_s

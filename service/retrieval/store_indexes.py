@@ -157,7 +157,11 @@ async def _build(conn: asyncpg.Connection, workspace_id: str, store_id: str, doc
     await conn.execute(BUILT.sql, *BUILT.args(store))
     log.info(
         "built a store's own vector index",
-        extra={"store": store_id, "index": name, "memories": docs,
-               "seconds": round(time.monotonic() - started, 1)},
-    )  # fmt: skip
+        extra={
+            "store": store_id,
+            "index": name,
+            "memories": docs,
+            "seconds": round(time.monotonic() - started, 1),
+        },
+    )
     return name

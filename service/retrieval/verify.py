@@ -48,9 +48,14 @@ def pass_order(
     if speaker is None:
         return list(ranked)
     return ranking.scored(
-        [c for c, _ in ranked], fuse_text=True, use_features=True, now=now, weights=weights,
-        speaker=speaker, period=period,
-    )  # fmt: skip
+        [c for c, _ in ranked],
+        fuse_text=True,
+        use_features=True,
+        now=now,
+        weights=weights,
+        speaker=speaker,
+        period=period,
+    )
 
 
 def verify_passes(

@@ -67,19 +67,8 @@ async def write_many(
     valid = [c for c in checked if c.error is None]
     await memories.lock_identities(conn, [i for c in valid if (i := _identity(ctx, c)) is not None])
     synced = [c for c in valid if "provider_ref" in c.columns]
-    held = await bulk.holders(conn, ctx.principal, [
-        bulk.Identity(c.index, _store(c).id, c.provider, c.columns["provider_ref"])
-        for c in synced
-    ])  # fmt: skip
-    synced_at = {c.index for c in synced}
-    for c in checked:  # the first refused item decides, as item by item
-        if c.error is None and c.index in synced_at:
-            if c.index not in held and "text" not in c.columns:  # a new memory needs text
-                c.error = rules.text_required()
-            elif c.index in held and held[c.index] is None:
-                c.error = rules.held_elsewhere(c.columns, c.provider, _store(c))
-        if c.error is not None:
-            raise c.refuse(c.error)
+    held = await _holders(conn, ctx, synced)
+    _raise_first_refusal(checked, synced, held)
 
     plain = [c for c in checked if "provider_ref" not in c.columns]
     changing = any(
@@ -95,21 +84,64 @@ async def write_many(
             to_create.append(c)
         else:
             results[c.index] = await rules.upsert(conn, ctx, memory, c.columns)
-    found = await bulk.duplicates(conn, ctx.workspace_id, [
-        bulk.Dedupe(c.index, _store(c).id, c.columns["content_sha256"],
-                    c.scope, c.columns.get("speaker"),
-                    c.columns["text"], c.columns.get("media"))
+    to_create += await _dedupe(conn, ctx, plain, results)
+    for memory, c in await _create(conn, ctx, to_create):
+        results[c.index] = Written(memory, created=True)
+    return [results[i] for i in range(len(items))]
+
+
+async def _holders(
+    conn: asyncpg.Connection, ctx: WriteContext, synced: list[Item]
+) -> dict[int, Memory | None]:
+    """The memory holding each synced item's identity, by item index (``None``: one the
+    caller cannot read)."""
+    wanted = [
+        bulk.Identity(c.index, _store(c).id, c.provider, c.columns["provider_ref"]) for c in synced
+    ]
+    return await bulk.holders(conn, ctx.principal, wanted)
+
+
+def _raise_first_refusal(
+    checked: list[Item], synced: list[Item], held: dict[int, Memory | None]
+) -> None:
+    """Raise the first refused item's error, as writing item by item would."""
+    synced_at = {c.index for c in synced}
+    for c in checked:
+        if c.error is None and c.index in synced_at:
+            if c.index not in held and "text" not in c.columns:  # a new memory needs text
+                c.error = rules.text_required()
+            elif c.index in held and held[c.index] is None:
+                c.error = rules.held_elsewhere(c.columns, c.provider, _store(c))
+        if c.error is not None:
+            raise c.refuse(c.error)
+
+
+async def _dedupe(
+    conn: asyncpg.Connection, ctx: WriteContext, plain: list[Item], results: dict[int, Written]
+) -> list[Item]:
+    """Each plain item's duplicate, one proof more, into ``results``; the items that
+    have none (to be created)."""
+    wanted = [
+        bulk.Dedupe(
+            c.index,
+            _store(c).id,
+            c.columns["content_sha256"],
+            c.scope,
+            c.columns.get("speaker"),
+            c.columns["text"],
+            c.columns.get("media"),
+        )
         for c in plain
-    ])  # fmt: skip
+    ]
+    found = await bulk.duplicates(conn, ctx.workspace_id, wanted)
     bumped = await bulk.bump_proofs(conn, ctx.workspace_id, [m.id for m in found.values()])
+    fresh: list[Item] = []
     for c in plain:
         if c.index in found:
             results[c.index] = Written(bumped[found[c.index].id], deduplicated=True)
         else:
-            to_create.append(c)
-    for memory, c in await _create(conn, ctx, to_create):
-        results[c.index] = Written(memory, created=True)
-    return [results[i] for i in range(len(items))]
+            fresh.append(c)
+    return fresh
 
 
 async def _check(
@@ -168,9 +200,13 @@ async def _check_speakers(conn: asyncpg.Connection, ctx: WriteContext, checked: 
 
 def _identity(ctx: WriteContext, c: Item) -> memories.Identity | None:
     return rules.identity_of(
-        ctx, _store(c).id, c.provider, c.columns.get("provider_ref"), None,
+        ctx,
+        _store(c).id,
+        c.provider,
+        c.columns.get("provider_ref"),
+        None,
         c.columns.get("content_sha256"),
-    )  # fmt: skip
+    )
 
 
 def _store(c: Item) -> Store:

@@ -221,8 +221,14 @@ async def lock_batch(conn: asyncpg.Connection, ctx: WriteContext, items: list[Ne
 
 def _identity(ctx: WriteContext, store: Store, new: NewMemory) -> memories.Identity | None:
     columns = new.columns
-    return identity_of(ctx, store.id, new.provider, columns.get("provider_ref"),
-                       columns.get("path"), columns.get("content_sha256"))  # fmt: skip
+    return identity_of(
+        ctx,
+        store.id,
+        new.provider,
+        columns.get("provider_ref"),
+        columns.get("path"),
+        columns.get("content_sha256"),
+    )
 
 
 async def write(
@@ -283,9 +289,15 @@ async def _write_plain(
     """A write without identity or path: one more proof for a duplicate, or a new one."""
     columns = new.columns
     duplicate = await memories.find_duplicate(
-        conn, ctx.workspace_id, store.id, columns["content_sha256"], new.scope,
-        columns.get("speaker"), columns["text"], columns.get("media"),
-    )  # fmt: skip
+        conn,
+        ctx.workspace_id,
+        store.id,
+        columns["content_sha256"],
+        new.scope,
+        columns.get("speaker"),
+        columns["text"],
+        columns.get("media"),
+    )
     if duplicate is None:
         return await _create(conn, ctx, store, columns)
     bumped = await memories.bump_proof(conn, ctx.workspace_id, duplicate.id)

@@ -94,11 +94,17 @@ def search_deps(app: web.Application, phase: Callable[[str, float], None] = unti
     """What the search engine runs on, from the app (``phase``: where its spans go)."""
     slot = app[EMBEDDER]
     return SearchDeps(
-        cache_pool=app[PLANNED_ONCE_POOL], read_pool=app[READ_POOL],
-        read_planned_once_pool=app[READ_PLANNED_ONCE_POOL], embedder=slot.embedder,
-        queries=slot.queries, snapshots=app[SNAPSHOTS], meter=app[METER],
-        toucher=app[TOUCHER], metrics=app[METRICS], phase=phase,
-    )  # fmt: skip
+        cache_pool=app[PLANNED_ONCE_POOL],
+        read_pool=app[READ_POOL],
+        read_planned_once_pool=app[READ_PLANNED_ONCE_POOL],
+        embedder=slot.embedder,
+        queries=slot.queries,
+        snapshots=app[SNAPSHOTS],
+        meter=app[METER],
+        toucher=app[TOUCHER],
+        metrics=app[METRICS],
+        phase=phase,
+    )
 
 
 def with_warnings(body: bytes, warnings: list[str]) -> bytes:

@@ -20,14 +20,31 @@ from service.write.fields import is_blank, whole_number
 USER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 MAX_QUERY_BYTES = 8192
 FILTER_KEYS = (
-    "category", "tier", "fact_type", "scope", "entity", "created_after", "created_before",
-    "event_after", "event_before", "min_importance", "include_superseded",
-)  # fmt: skip
+    "category",
+    "tier",
+    "fact_type",
+    "scope",
+    "entity",
+    "created_after",
+    "created_before",
+    "event_after",
+    "event_before",
+    "min_importance",
+    "include_superseded",
+)
 FORMS = ("memoir", "archive")
 TOP_LEVEL = (
-    "user_id", "query", "max_results", "speaker", "cache_control", "filters", "form", "tz",
-    "max_images", "verify",
-)  # fmt: skip
+    "user_id",
+    "query",
+    "max_results",
+    "speaker",
+    "cache_control",
+    "filters",
+    "form",
+    "tz",
+    "max_images",
+    "verify",
+)
 
 
 def _int(body: dict[str, Any], name: str, lo: int, hi: int, default: int) -> int:
@@ -58,8 +75,13 @@ def parse_filters(raw: Any, warnings: list[str]) -> SearchFilters:
             f"Ignored unknown filter key(s): {', '.join(unknown)}; known: {', '.join(FILTER_KEYS)}"
         )
     out: dict[str, Any] = {}
-    for key, field in (("category", "categories"), ("tier", "tiers"), ("fact_type", "fact_types"),
-                       ("scope", "scopes"), ("entity", "entities")):  # fmt: skip
+    for key, field in (
+        ("category", "categories"),
+        ("tier", "tiers"),
+        ("fact_type", "fact_types"),
+        ("scope", "scopes"),
+        ("entity", "entities"),
+    ):
         if raw.get(key) is not None:
             out[field] = _strings(raw[key], key)
     for key in ("created_after", "created_before", "event_after", "event_before"):
