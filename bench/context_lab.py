@@ -41,7 +41,7 @@ from bench.common import load_turns
 from bench.quality_bench import turn_text
 from embeddings import onnx
 from embeddings.model import bundled_model_path
-from service.ops.model import load_embedder
+from service.ops.embedding import load_embedder
 from service.settings import Settings
 
 Matrix = lab.Matrix

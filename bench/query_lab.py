@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from bench import recall_lab as lab
-from service.ops.model import load_embedder
+from service.ops.embedding import load_embedder
 from service.settings import Settings
 
 Matrix = lab.Matrix

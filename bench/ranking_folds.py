@@ -29,9 +29,8 @@ from typing import Any
 import asyncpg
 
 from service.ops import db
-from service.ops.model import load_embedder
-from service.queries import keys
-from service.queries import search as sq
+from service.ops.embedding import load_embedder
+from service.queries import keys, search as sq
 from service.queries.search import Candidate
 from service.retrieval import ranking
 from service.settings import Settings

@@ -46,7 +46,7 @@ import numpy.typing as npt
 from bench import ranking_folds
 from bench.common import load_turns
 from bench.quality_bench import KEY, load_queries, locomo_written, turn_text
-from service.ops.model import load_embedder
+from service.ops.embedding import load_embedder
 from service.queries.named import NamedSQL
 from service.queries.search import Candidate
 from service.retrieval import ranking

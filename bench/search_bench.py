@@ -394,12 +394,13 @@ async def explain(
             principal=who, store_id=store, profile=stats, query_text=query, vector=vector,
             filters=sq.SearchFilters(), per_arm=80, self_only=False, images=False,
         ), budget=sq.MATCH_BUDGET)  # fmt: skip
-        text_arm, vector_arm = sq.SEARCH_ANN.text, sq.SEARCH_ANN.vector
-        ranks = await sq.text_ranks(conn, sq.SEARCH_ANN, values)
+        ann = sq.STATEMENTS[False, "all"]
+        text_arm, vector_arm = ann.text, ann.vector
+        ranks = await sq.text_ranks(conn, ann, values)
         lines = []
         for statement, args in (
-            (text_arm, sq.statement_args(text_arm, values)),
-            (vector_arm, sq.statement_args(vector_arm, {**values, "text_ids": list(ranks)})),
+            (text_arm, text_arm.args_among(values)),
+            (vector_arm, vector_arm.args_among({**values, "text_ids": list(ranks)})),
         ):
             rows = await conn.fetch("EXPLAIN (ANALYZE, COSTS OFF) " + statement.sql, *args)
             lines += [r[0] for r in rows]

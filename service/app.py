@@ -2,7 +2,7 @@
 
 ``create_app`` does no I/O. What lives as long as the app is an async generator in
 ``app.cleanup_ctx``, in dependency order — database (here) → model → write-behind flush →
-MCP → worker (``service.ops.model``) → janitor (``service.ops.jobs``) — so it starts
+MCP → worker (``service.ops.embedding``) → janitor (``service.ops.jobs``) — so it starts
 when the app starts and stops in reverse order on shutdown (the worker finishes its
 current batch first).
 """
@@ -46,15 +46,20 @@ from service.http.route import Route
 from service.http.server import standard_headers
 from service.ops import db, jobs
 from service.ops.bootstrap import bootstrap, print_first_key
+from service.ops.embedding import embedding_worker, model_lifetime
 from service.ops.meter import Meter
 from service.ops.metrics import Metrics
-from service.ops.model import embedding_worker, model_lifetime
 from service.ops.toucher import Toucher
 from service.retrieval.snapshots import Snapshots
 from service.routes import ROUTES
 from service.settings import Settings
 
 log = logging.getLogger("mneme.app")
+
+
+async def model_loaded(app: web.Application) -> None:
+    """Until the embedding model is loaded (``/readyz`` answers 200 from then on)."""
+    await app[EMBEDDER].ready.wait()
 
 
 def create_app(

@@ -31,7 +31,7 @@ from service.http.outage import Outage
 from service.ids import is_name
 from service.ops import db, logs, migrations
 from service.ops.bootstrap import print_first_key
-from service.ops.model import load_embedder, worker_config, worker_listen
+from service.ops.embedding import load_embedder, worker_config, worker_listen
 from service.queries import keys, memories, tenancy
 from service.settings import TIERS, Settings, SettingsError
 from service.write import transfer
@@ -70,7 +70,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> None:
     box, rather than among the start-up logs of the database and the model."""
     # Imported here, not at the top: the app (aiohttp, the MCP SDK) takes about a second
     # to import, which the administration commands need not pay.
-    from service.app import create_app
+    from service.app import create_app, model_loaded
     from service.http import server
 
     logs.configure(settings.log_level)
@@ -86,7 +86,7 @@ def cmd_serve(settings: Settings, args: argparse.Namespace) -> None:
 
     starting = f"Mneme is starting on {address} (the database, then the embedding model)…"
     print(starting, flush=True)
-    server.serve(app, settings, on_ready=ready)
+    server.serve(app, settings, until_ready=lambda: model_loaded(app), on_ready=ready)
 
 
 async def cmd_migrate(settings: Settings, args: argparse.Namespace) -> None:

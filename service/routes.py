@@ -7,18 +7,18 @@ document to the same set of operations.
 
 from __future__ import annotations
 
-from service.faces import activity, admin, browse, mcp, memories, ops, search, speakers, stores
+from service.faces import activity, admin, browse, mcp, memories, meta, search, speakers, stores
 from service.http.route import ADMIN, READ, WRITE, Route
 
 ROUTES: list[Route] = [
     # Operations
-    Route("GET", "/healthz", ops.healthz, None),
-    Route("GET", "/readyz", ops.readyz, None),
-    Route("GET", "/metrics", ops.metrics, None),
-    Route("GET", "/openapi.json", ops.openapi, None),
-    Route("GET", "/llms.txt", ops.llms_txt, None),
-    Route("GET", "/", ops.page, None),
-    Route("GET", "/static/{name}", ops.static_file, None),
+    Route("GET", "/healthz", meta.healthz, None),
+    Route("GET", "/readyz", meta.readyz, None),
+    Route("GET", "/metrics", meta.metrics, None),
+    Route("GET", "/openapi.json", meta.openapi, None),
+    Route("GET", "/llms.txt", meta.llms_txt, None),
+    Route("GET", "/", meta.page, None),
+    Route("GET", "/static/{name}", meta.static_file, None),
     # MCP over Streamable HTTP (the tools act with the caller's key; service.faces.mcp)
     Route("POST", mcp.PATH, mcp.handle, READ),
     Route("GET", mcp.PATH, mcp.no_session, READ),

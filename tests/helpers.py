@@ -12,8 +12,7 @@ from typing import Any
 import asyncpg
 from aiohttp import web
 from aiohttp.test_utils import TestClient
-from mcp import Client as McpClient
-from mcp import StdioServerParameters
+from mcp import Client as McpClient, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 

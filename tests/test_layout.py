@@ -212,6 +212,30 @@ def test_engine_imports_no_http() -> None:
             assert "aiohttp" not in third_party_imports(path), f"{name} imports aiohttp"
 
 
+# What the HTTP shell may take of the service: the leaves, the SQL of the key check, and
+# of ops/ the metrics it records. Never the engines, the faces, the jobs or the app's keys.
+HTTP_MAY_IMPORT = (
+    "service.http",
+    "service.decoding",
+    "service.ids",
+    "service.problems",
+    "service.queries",
+    "service.settings",
+    "service.times",
+    "service.ops.metrics",
+)
+
+
+def test_http_shell_loads_no_engine() -> None:
+    """``service/http/`` serves any app: it reads its own keys (``http/keys.py``), so
+    importing it loads neither the engines nor the jobs (``app_keys`` would)."""
+    for name, path in MODULES.items():
+        if name.startswith("service.http"):
+            deps = imports(path) | imports(path, top_level=False)
+            bad = {m for m in deps if not m.startswith(HTTP_MAY_IMPORT)}
+            assert not bad, f"{name} imports {sorted(bad)}"
+
+
 def test_http_check_sees_an_aiohttp_import(tmp_path: Path) -> None:
     source = tmp_path / "m.py"
     source.write_text("import asyncio\nfrom aiohttp import web\nfrom service.ids import new_id\n")

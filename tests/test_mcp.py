@@ -11,8 +11,17 @@ import subprocess
 
 import pytest
 
-from tests.helpers import ADMIN, SCRIPT, TOOLS, call, connected, make_key, refused, write
-from tests.helpers import Client as HttpClient
+from tests.helpers import (
+    ADMIN,
+    SCRIPT,
+    TOOLS,
+    Client as HttpClient,
+    call,
+    connected,
+    make_key,
+    refused,
+    write,
+)
 
 
 @pytest.fixture(params=["stdio", "http"])

@@ -25,6 +25,7 @@ from tests.helpers import (
     ADMIN,
     BOOTSTRAP_KEY,
     TOOLS,
+    Client as HttpClient,
     auth,
     call,
     connected,
@@ -34,7 +35,6 @@ from tests.helpers import (
     refused,
     repo_root,
 )
-from tests.helpers import Client as HttpClient
 
 INITIALIZE = {
     "jsonrpc": "2.0",

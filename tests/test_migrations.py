@@ -243,7 +243,7 @@ async def test_an_upgrade_from_0003_keeps_memories_searchable(
     import numpy as np
 
     from service.ops import db
-    from service.queries import search as sq
+    from service.queries import search as sq, uses
     from service.queries.keys import Principal
     from service.queries.memories import LAST_USED_AT
 
@@ -304,7 +304,7 @@ async def test_an_upgrade_from_0003_keeps_memories_searchable(
             assert sum(c.fts_rank is not None for c in got) == 10
             assert sum(c.in_vec for c in got) == 10
             assert {str(c.last_used_at.date()) for c in got} == {"2024-01-01"}
-        await sq.touch(conn, "ws_1", ["mem_1"])
+        await uses.touch(conn, "ws_1", ["mem_1"])
         stamped = await conn.fetchval(
             f"SELECT {LAST_USED_AT} FROM memories m WHERE id = 'mem_1'"
         )  # fmt: skip

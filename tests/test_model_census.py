@@ -1,4 +1,4 @@
-"""The start-up census of other models' vectors (``service.queries.models``) gives up
+"""The start-up census of other models' vectors (``service.queries.embedding_models``) gives up
 after ``CENSUS_TIMEOUT_MS``, and the limit holds for its own transaction only. (What it
 counts is pinned through ``mneme serve`` in ``test_second_model``.)"""
 
@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from service.queries import models
+from service.queries import embedding_models
 from service.queries.named import NamedSQL
 
 # As long as a count over a large database: longer than the limit set below.
@@ -30,11 +30,11 @@ async def one_connection(db_url: str) -> AsyncIterator[asyncpg.Pool]:
 
 
 async def test_a_fresh_database_has_no_other_models(one_connection: asyncpg.Pool) -> None:
-    assert await models.other_models(one_connection, "all-MiniLM-L6-v2") == {}
+    assert await embedding_models.other_models(one_connection, "all-MiniLM-L6-v2") == {}
 
 
 async def test_the_limit_ends_with_the_census(one_connection: asyncpg.Pool) -> None:
-    await models.other_models(one_connection, "all-MiniLM-L6-v2")
+    await embedding_models.other_models(one_connection, "all-MiniLM-L6-v2")
     # The same connection, back in the pool untouched: the server's default, no limit.
     assert await one_connection.fetchval("SHOW statement_timeout") == "0"
 
@@ -42,7 +42,7 @@ async def test_the_limit_ends_with_the_census(one_connection: asyncpg.Pool) -> N
 async def test_the_census_gives_up_past_its_limit(
     one_connection: asyncpg.Pool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(models, "OTHER_MODELS", SLOW_CENSUS)
-    monkeypatch.setattr(models, "CENSUS_TIMEOUT_MS", 100)
+    monkeypatch.setattr(embedding_models, "OTHER_MODELS", SLOW_CENSUS)
+    monkeypatch.setattr(embedding_models, "CENSUS_TIMEOUT_MS", 100)
     with pytest.raises(asyncpg.QueryCanceledError):
-        await models.other_models(one_connection, "all-MiniLM-L6-v2")
+        await embedding_models.other_models(one_connection, "all-MiniLM-L6-v2")

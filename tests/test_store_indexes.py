@@ -13,8 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from service.ops import db
-from service.queries import search as sq
-from service.queries import tenancy
+from service.queries import search as sq, tenancy
 from service.queries.keys import Principal
 from service.queries.search import SearchFilters
 from service.retrieval import store_indexes
@@ -76,10 +75,10 @@ async def _plan(conn: asyncpg.Connection, who: Principal, store: str, query: Vec
         per_arm=20,
     )
     values = sq.statement_values(retrieval, budget=sq.MATCH_BUDGET)
-    statement = sq.SEARCH_ANN.vector
+    statement = sq.STATEMENTS[False, "all"].vector
     rows = await conn.fetch(
         "EXPLAIN (COSTS OFF) " + statement.sql,
-        *sq.statement_args(statement, {**values, "text_ids": []}),
+        *statement.args_among({**values, "text_ids": []}),
     )
     return "\n".join(r[0] for r in rows)
 

@@ -18,8 +18,7 @@ import pytest
 from embeddings.model import SentenceTransformerEmbedder
 from embeddings.worker import CHANNEL, Worker
 from service.ops import db
-from service.queries import memories as q
-from service.queries import stores, tenancy
+from service.queries import memories as q, stores, tenancy
 from service.settings import Settings
 from service.write import rules
 from tests.helpers import ADMIN, Client

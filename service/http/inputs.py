@@ -18,9 +18,9 @@ from typing import TypeVar
 from aiohttp import web
 from aiohttp.http_exceptions import PayloadEncodingError
 
-from service.app_keys import SETTINGS
 from service.decoding import decode_json, string_problem
 from service.http.errors import ApiError
+from service.http.keys import SETTINGS
 from service.http.route import Handler
 from service.problems import Invalid
 

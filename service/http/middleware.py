@@ -21,7 +21,9 @@ import time
 
 from aiohttp import web
 
-from service.app_keys import (
+from service.http.errors import KIND_BY_STATUS, ApiError, api_error_of, render_error, unauthorized
+from service.http.inputs import abandon_body
+from service.http.keys import (
     METRICS,
     OUTAGE,
     PLANNED_ONCE_POOL,
@@ -29,8 +31,6 @@ from service.app_keys import (
     ROUTE_SPECS,
     SETTINGS,
 )
-from service.http.errors import KIND_BY_STATUS, ApiError, api_error_of, render_error, unauthorized
-from service.http.inputs import abandon_body
 from service.http.outage import RETRY_AFTER_S, is_rolled_back, is_unavailable
 from service.http.route import Handler
 from service.ids import new_id

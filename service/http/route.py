@@ -23,6 +23,6 @@ class Route:
     # Seed 003 wants error bodies with exactly "type" and "message": no extra fields.
     plain_errors: bool = False
     # Work to start while the key is checked (search: encode the query), for keys that
-    # authenticated here lately (service.app_keys.RecentKeys). It must change nothing and
+    # authenticated here lately (service.http.keys.RecentKeys). It must change nothing and
     # may fail silently: the handler runs, or not, as without it.
     prefetch: Prefetch | None = None

@@ -28,7 +28,6 @@ from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_runner import GracefulExit
 
-from service.app_keys import EMBEDDER
 from service.http.errors import ApiError, render_error
 from service.ids import new_id
 from service.settings import Settings
@@ -156,13 +155,18 @@ SWITCH_INTERVAL_S = 0.0002
 
 
 def serve(
-    app: web.Application, settings: Settings, *, on_ready: Callable[[], None] | None = None
+    app: web.Application,
+    settings: Settings,
+    *,
+    until_ready: Callable[[], Awaitable[object]],
+    on_ready: Callable[[], None] | None = None,
 ) -> None:
     """Run until SIGTERM or SIGINT, then shut down gracefully (as ``web.run_app``).
 
-    ``on_ready`` is called once ``/readyz`` answers 200: the app's start-up (database,
-    migrations, bootstrap) is done, the socket listens and the embedding model is loaded.
-    It is never called if the model fails to load (the log says why).
+    ``on_ready`` is called once the app's start-up (database, migrations, bootstrap) is
+    done, the socket listens and ``until_ready`` has returned (``mneme serve``: the
+    embedding model is loaded, so ``/readyz`` answers 200). It is never called if that
+    never returns (the model failed to load: the log says why).
     """
     sys.setswitchinterval(SWITCH_INTERVAL_S)
 
@@ -171,7 +175,7 @@ def serve(
         await runner.setup()
         try:
             await web.TCPSite(runner, settings.host, settings.port).start()
-            await app[EMBEDDER].ready.wait()
+            await until_ready()
             if on_ready is not None:
                 on_ready()
             await asyncio.Event().wait()  # until a signal raises GracefulExit

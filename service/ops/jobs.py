@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from service.app_keys import DATABASE_URL, METER, OUTAGE, POOL, SETTINGS, TOUCHER
-from service.queries import cache, idempotency, leases, memories, ratelimit, search, stores
+from service.queries import cache, idempotency, leases, memories, ratelimit, search_stats, stores
 from service.retrieval import store_indexes
 
 log = logging.getLogger("mneme.app")
@@ -76,7 +76,7 @@ async def janitor_pass(app: web.Application, holder: str, *, retention: bool) ->
         await ratelimit.prune(conn)
         await idempotency.prune(conn)
         await cache.prune(conn)
-        await search.compact_stats(conn)
+        await search_stats.compact_stats(conn)
         await stores.prune_versions(conn)
     while retention:
         async with pool.acquire() as conn, conn.transaction():

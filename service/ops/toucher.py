@@ -1,12 +1,12 @@
 """The toucher: ``last_used_at`` stamps of the memories searches return, batched in memory
-and written off the response path (``service.queries.search.touch``)."""
+and written off the response path (``service.queries.uses.touch``)."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
-from service.queries.search import touch
+from service.queries.uses import touch
 
 
 class Toucher:

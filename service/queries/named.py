@@ -8,6 +8,8 @@ parameter. Casts (``::vector``), quoted literals and comments are left alone.
 
 ``fetch``, ``fetchrow``, ``fetchval`` and ``execute`` run the statement on a connection or
 the pool with its values given by keyword: ``await SELECT_ROOM.fetchrow(conn, room=...)``.
+A name given that the statement does not use is an error too, except through
+``args_among``/``fetch_among``, for statements that share one set of values.
 """
 
 from __future__ import annotations
@@ -46,6 +48,17 @@ class NamedSQL:
         if missing or extra:
             raise KeyError(f"SQL parameters: missing {missing}, unexpected {extra}")
         return [values[n] for n in self.names]
+
+    def args_among(self, values: Mapping[str, object]) -> list[object]:
+        """The values in parameter order, from ``values``, which may name more: one set of
+        values shared by several statements (a retrieval's two arms). Every name this
+        statement uses must still be given."""
+        return self.args({n: values[n] for n in self.names if n in values})
+
+    async def fetch_among(self, conn: Conn, values: Mapping[str, object]) -> list[asyncpg.Record]:
+        """``fetch`` with the values ``args_among`` takes."""
+        rows: list[asyncpg.Record] = await conn.fetch(self.sql, *self.args_among(values))
+        return rows
 
     async def fetch(self, conn: Conn, /, **values: object) -> list[asyncpg.Record]:
         rows: list[asyncpg.Record] = await conn.fetch(self.sql, *self.args(values))

@@ -191,7 +191,6 @@ def _arm_statements(exact: bool, subset: str) -> ArmStatements:
 STATEMENTS = {
     (exact, subset): _arm_statements(exact, subset) for exact in (True, False) for subset in SUBSETS
 }
-SEARCH_ANN = STATEMENTS[False, "all"]
 
 # The full-text arm of a large store matches memories on its rarest query words until
 # their document frequencies add up to this many (see the tsq step); a small store's
@@ -386,18 +385,13 @@ def planned_once(profile: Profile) -> bool:
     return profile.docs < EXACT_BELOW
 
 
-def statement_args(statement: NamedSQL, values: dict[str, object]) -> list[object]:
-    """The values one of a retrieval's statements takes, in its order."""
-    return statement.args({n: v for n, v in values.items() if n in statement.names})
-
-
 async def text_ranks(
     conn: asyncpg.Connection, statements: ArmStatements, values: dict[str, object]
 ) -> dict[str, float]:
     """The full-text arm: memory id -> BM25 score (nothing when the query is empty)."""
     if not values["query_text"]:
         return {}
-    rows = await conn.fetch(statements.text.sql, *statement_args(statements.text, values))
+    rows = await statements.text.fetch_among(conn, values)
     return {r[0]: r[1] for r in rows}
 
 
@@ -408,18 +402,8 @@ async def with_vectors(
     ranks: dict[str, float],
 ) -> list[Candidate]:
     """The vector arm, and every candidate of both arms (``ranks``: the full-text arm's)."""
-    rows = await conn.fetch(
-        statements.vector.sql,
-        *statement_args(statements.vector, {**values, "text_ids": list(ranks)}),
-    )
+    rows = await statements.vector.fetch_among(conn, {**values, "text_ids": list(ranks)})
     return [Candidate(fts_rank=ranks.get(r[0]), **dict(r.items())) for r in rows]
-
-
-async def run_statement(
-    conn: asyncpg.Connection, statements: ArmStatements, values: dict[str, object]
-) -> list[Candidate]:
-    """Both arms, one after the other."""
-    return await with_vectors(conn, statements, values, await text_ranks(conn, statements, values))
 
 
 async def candidates(
@@ -458,74 +442,3 @@ def plan(retrieval: RetrievalRequest) -> tuple[ArmStatements, dict[str, object]]
         exact = retrieval.profile.size(retrieval.subset) < EXACT_BELOW
     values = statement_values(retrieval, budget=UNBOUNDED if exact else MATCH_BUDGET)
     return STATEMENTS[exact, retrieval.subset], values
-
-
-# In id order: two instances flushing at once take the rows' locks in the same order.
-# The memory's own row is not locked (a lock is a write to its page): the foreign key
-# checks a memory's first stamp, and a memory deleted meanwhile fails that check.
-TOUCH = NamedSQL("""
-INSERT INTO memory_uses AS u (workspace_id, memory_id, last_used_at)
-SELECT m.workspace_id, m.id, now() FROM memories m
-WHERE m.workspace_id = :workspace AND m.id = ANY(:ids::text[])
-ORDER BY m.id
-ON CONFLICT (workspace_id, memory_id) DO UPDATE SET last_used_at = excluded.last_used_at
-WHERE u.last_used_at < excluded.last_used_at
-""")
-
-
-async def touch(conn: asyncpg.Connection | asyncpg.Pool, workspace_id: str, ids: list[str]) -> None:
-    """``last_used_at = now()`` for memories a search returned (in memory_uses).
-
-    A memory deleted while its stamp was being written fails the foreign key check; the
-    stamp is then written again, and no longer finds it.
-    """
-    args = TOUCH.args({"workspace": workspace_id, "ids": ids})
-    try:
-        await conn.execute(TOUCH.sql, *args)
-    except asyncpg.ForeignKeyViolationError:
-        await conn.execute(TOUCH.sql, *args)
-
-
-# --- keeping the statistics small ---------------------------------------------------------
-
-FRESH_STORES = NamedSQL("""
-SELECT workspace_id, store_id FROM search_terms WHERE NOT compacted
-UNION
-SELECT workspace_id, store_id FROM search_store_stats WHERE NOT compacted
-LIMIT :stores
-""")
-
-# Folds a store's deltas into one row per lexeme (and one stats row). Rows a concurrent
-# write inserts meanwhile are not seen by the DELETE and stay as they are; a deleted
-# store's deltas sum to zero and disappear.
-COMPACT_TERMS = NamedSQL("""
-WITH gone AS (
-    DELETE FROM search_terms WHERE workspace_id = :workspace AND store_id = :store
-    RETURNING lexeme, df
-)
-INSERT INTO search_terms (workspace_id, store_id, lexeme, df, compacted)
-SELECT :workspace, :store, lexeme, sum(df), true FROM gone GROUP BY lexeme HAVING sum(df) <> 0
-""")
-
-COMPACT_STORE_STATS = NamedSQL("""
-WITH gone AS (
-    DELETE FROM search_store_stats WHERE workspace_id = :workspace AND store_id = :store
-    RETURNING docs, length, self_docs, image_docs
-)
-INSERT INTO search_store_stats
-    (workspace_id, store_id, docs, length, self_docs, image_docs, compacted)
-SELECT :workspace, :store, sum(docs), sum(length), sum(self_docs), sum(image_docs), true
-FROM gone
-HAVING sum(docs) <> 0 OR sum(length) <> 0
-""")
-
-
-async def compact_stats(conn: asyncpg.Connection, stores: int = 100) -> int:
-    """Fold the statistics deltas of up to ``stores`` stores; returns how many."""
-    fresh = await conn.fetch(FRESH_STORES.sql, *FRESH_STORES.args({"stores": stores}))
-    for workspace_id, store_id in fresh:
-        names = {"workspace": workspace_id, "store": store_id}
-        async with conn.transaction():
-            await conn.execute(COMPACT_TERMS.sql, *COMPACT_TERMS.args(names))
-            await conn.execute(COMPACT_STORE_STATS.sql, *COMPACT_STORE_STATS.args(names))
-    return len(fresh)

@@ -22,8 +22,7 @@ import msgspec
 from embeddings import Embedder
 from embeddings.batcher import QueryEncoder, Vector
 from service.problems import NotFound, Unavailable
-from service.queries import memories as memories_sql
-from service.queries import search as search_sql
+from service.queries import memories as memories_sql, search as search_sql
 from service.queries.keys import Principal
 from service.queries.memories import Store
 from service.queries.search import Profile

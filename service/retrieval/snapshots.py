@@ -13,7 +13,7 @@ stays decided by the one SQL predicate (``mneme_readable``), in one of two ways:
   also evaluates it for each scope the snapshot holds (a handful) and a search without
   filters ranks the rows of the readable scopes with no further statement;
 - **proposed, then checked**: with filters, each arm proposes its best rows and one
-  statement (``service.queries.snapshot.readable``) keeps those that pass the whole
+  statement (``service.queries.snapshot_rows.readable``) keeps those that pass the whole
   search predicate, as the SQL arms would have.
 
 What a version does not cover is ``last_used_at`` (searches stamp it without changing the
@@ -43,7 +43,7 @@ import asyncpg
 import numpy as np
 import numpy.typing as npt
 
-from service.queries import snapshot as snapshot_sql
+from service.queries import snapshot_rows as snapshot_sql
 from service.queries.keys import Principal
 from service.queries.search import (
     BM25_B,
@@ -53,7 +53,7 @@ from service.queries.search import (
     SearchFilters,
     predicate_values,
 )
-from service.queries.snapshot import Columns
+from service.queries.snapshot_rows import Columns
 
 log = logging.getLogger("mneme.snapshots")
 

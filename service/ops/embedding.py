@@ -21,7 +21,7 @@ from embeddings.worker import Worker, WorkerConfig
 from service.app_keys import DATABASE_URL, EMBEDDER, METRICS, OUTAGE, POOL, SETTINGS, EmbedderSlot
 from service.ops import db
 from service.ops.jobs import cancel
-from service.queries import models
+from service.queries import embedding_models
 from service.settings import Settings
 
 log = logging.getLogger("mneme.app")
@@ -109,7 +109,7 @@ async def load_and_census(app: web.Application) -> None:
         return
     name = slot.embedder.name
     try:
-        others = await models.other_models(app[POOL], name)
+        others = await embedding_models.other_models(app[POOL], name)
     # An outage, or a database too large to count in time: the census is only advice.
     except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         log.info("could not count the vectors of other models", extra={"error": repr(exc)})
