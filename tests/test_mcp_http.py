@@ -129,6 +129,35 @@ async def test_two_keys_recall_and_browse_only_what_each_may_read(client: HttpCl
     assert (await resp.json())["status"] == "active"
 
 
+async def test_two_keys_see_only_the_files_each_may_read(client: HttpClient) -> None:
+    # The file tools run in-process (faces.stores' path functions): a file kept between
+    # alice and the bot is listed and read for alice's key, and for bob's it is not there,
+    # by list, by path, or as a write's precondition.
+    for member, kind in (("alice", "human"), ("bob", "human"), ("bot", "agent")):
+        await make_member(client, member, kind)
+    body = {"text": "Alice's doctor is Dr. Okafor.", "path": "notes/alice.md",
+            "scope": "pair:alice:bot"}  # fmt: skip
+    resp = await client.post("/api/v1/memories", json=body, headers=ADMIN)
+    assert resp.status == 201, await resp.text()
+    both = ["memory:read", "memory:write"]
+    alice = await make_key(client, kind="personal", member="alice", scopes=both)
+    bob = await make_key(client, kind="personal", member="bob", scopes=both)
+    async with connected(client, alice, "http") as agent:
+        assert [f["path"] for f in await call(agent, "list_files", store="default")] == [
+            "notes/alice.md"
+        ]
+        read = await call(agent, "read_file", store="default", path="notes/alice.md")
+        assert read["content"] == body["text"]
+    async with connected(client, bob, "http") as agent:
+        assert await call(agent, "list_files", store="default") == []
+        assert "404" in await refused(agent, "read_file", store="default", path="notes/alice.md")
+        text = await refused(agent, "write_file", store="default", path="notes/alice.md",
+                             content="x", expected_sha256=read["content_sha256"])  # fmt: skip
+        assert "Okafor" not in text
+    resp = await client.get("/api/v1/memories/" + read["id"], headers=ADMIN)
+    assert (await resp.json())["text"] == body["text"]
+
+
 async def test_remember_keeps_a_memory_private_and_recall_narrows(client: HttpClient) -> None:
     # An agent acting for alice keeps what she said between the two of them: bob's key
     # cannot recall or browse it; filters and speaker narrow recall as in the API.
