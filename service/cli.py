@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from service.ids import is_name
 from service.ops import db, logs, migrations
 from service.ops.bootstrap import print_first_key
 from service.ops.embedding import load_embedder, worker_config, worker_listen
-from service.queries import keys, memories, tenancy
+from service.queries import keys, memories, oauth, tenancy
 from service.settings import TIERS, Settings, SettingsError
 from service.write import transfer
 
@@ -192,6 +193,41 @@ async def cmd_keys(settings: Settings, args: argparse.Namespace) -> None:
             if not await keys.revoke_key(pool, ws.id, args.key_id):
                 raise CliError(f"no key {args.key_id!r} in workspace {ws.name!r}")
             print(f"revoked {args.key_id}", file=sys.stderr)
+
+
+def _when(ts: datetime | None) -> str | None:
+    return ts.isoformat(timespec="seconds") if ts else None
+
+
+GRANT_COLUMNS = ["id", "client", "redirect_hosts", "key", "scopes", "store", "created_at",
+                 "last_used_at", "revoked_at"]  # fmt: skip
+
+
+def _grant_row(g: oauth.Grant) -> list[str | None]:
+    return [
+        g.id,
+        g.client_name or g.client_id,
+        ",".join(g.redirect_hosts),
+        g.key_id,
+        ",".join(g.scopes),
+        g.store,
+        _when(g.created_at),
+        _when(g.last_used_at),
+        _when(g.revoked_at),
+    ]
+
+
+async def cmd_oauth(settings: Settings, args: argparse.Namespace) -> None:
+    """The clients people connected with OAuth (/mcp), and disconnecting one."""
+    async with db.connect(settings) as pool:
+        ws = await _workspace(pool, args.workspace)
+        if args.action == "list":
+            found = await oauth.list_grants(pool, ws.id, revoked=args.all)
+            _print_rows(GRANT_COLUMNS, [_grant_row(g) for g in found])
+        elif args.action == "revoke":
+            if not await oauth.revoke_grant(pool, args.grant_id, workspace=ws.id):
+                raise CliError(f"no connected client {args.grant_id!r} in workspace {ws.name!r}")
+            print(f"revoked {args.grant_id}: its tokens no longer work", file=sys.stderr)
 
 
 async def cmd_members(settings: Settings, args: argparse.Namespace) -> None:
@@ -466,6 +502,12 @@ def _add_key_commands(sub: Subparsers[argparse.ArgumentParser]) -> None:
     _with_workspace(ksub.add_parser("list", help="list keys (never their secrets)"))
     c = _with_workspace(ksub.add_parser("revoke", help="revoke a key"))
     c.add_argument("key_id")
+    p = sub.add_parser("oauth", help="clients connected with OAuth (claude.ai, ChatGPT, ...)")
+    osub = p.add_subparsers(dest="action", required=True)
+    c = _with_workspace(osub.add_parser("list", help="list connected clients"))
+    c.add_argument("--all", action="store_true", help="revoked ones too")
+    c = _with_workspace(osub.add_parser("revoke", help="disconnect a client (ends its tokens)"))
+    c.add_argument("grant_id")
 
 
 ASYNC_COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], Coroutine[Any, Any, None]]] = {
@@ -476,6 +518,7 @@ ASYNC_COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], Coroutine[Any
     "export": cmd_export,
     "workspaces": cmd_workspaces,
     "keys": cmd_keys,
+    "oauth": cmd_oauth,
     "members": cmd_members,
     "rooms": cmd_rooms,
 }

@@ -33,7 +33,7 @@ def string_problem(value: str) -> str | None:
     return None
 
 
-def _nul_path(value: Any) -> str | None:
+def nul_path(value: Any) -> str | None:
     """The JSON path of a string (or key) holding NUL, if any; walks without recursion."""
     stack: list[tuple[str, Any]] = [("$", value)]
     while stack:
@@ -53,7 +53,7 @@ def _nul_path(value: Any) -> str | None:
 
 def check_strings(value: Any) -> None:
     """400 naming a string of a decoded value (a struct too) that holds a NUL."""
-    path = _nul_path(msgspec.to_builtins(value))
+    path = nul_path(msgspec.to_builtins(value))
     if path is not None:
         _refuse(path)
 
@@ -70,7 +70,7 @@ def check_json_strings(raw: bytes) -> None:
     if b"\\u0000" not in raw:
         return
     try:
-        path = _nul_path(msgspec.json.decode(raw))
+        path = nul_path(msgspec.json.decode(raw))
     except (msgspec.DecodeError, RecursionError):
         return  # not valid JSON: the decoder's own error says so
     if path is not None:

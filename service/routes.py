@@ -7,8 +7,22 @@ document to the same set of operations.
 
 from __future__ import annotations
 
-from service.faces import activity, admin, browse, mcp, memories, meta, search, speakers, stores
+from service.faces import (
+    activity,
+    admin,
+    browse,
+    consent,
+    mcp,
+    memories,
+    meta,
+    oauth,
+    search,
+    speakers,
+    stores,
+)
+from service.http.public import PROTECTED_RESOURCE_PATH
 from service.http.route import ADMIN, READ, WRITE, Route
+from service.oauth.provider import CONSENT_PATH
 
 ROUTES: list[Route] = [
     # Operations
@@ -20,10 +34,36 @@ ROUTES: list[Route] = [
     Route("GET", "/", meta.page, None),
     Route("GET", "/static/{name}", meta.static_file, None),
     # MCP over Streamable HTTP (the tools act with the caller's key; service.faces.mcp)
-    Route("POST", mcp.PATH, mcp.handle, READ),
-    Route("GET", mcp.PATH, mcp.no_session, READ),
-    Route("DELETE", mcp.PATH, mcp.no_session, READ),
+    Route("POST", mcp.PATH, mcp.handle, READ, tokens=True),
+    Route("GET", mcp.PATH, mcp.no_session, READ, tokens=True),
+    Route("DELETE", mcp.PATH, mcp.no_session, READ, tokens=True),
     Route("OPTIONS", mcp.PATH, mcp.preflight, None),
+    # OAuth 2.1 for /mcp: discovery, the MCP SDK's endpoints, the consent page
+    # (service.faces.oauth, service.faces.consent)
+    *(
+        Route(method, path, handler, None)
+        for path, document in [
+            (PROTECTED_RESOURCE_PATH, oauth.protected_resource_document),
+            (PROTECTED_RESOURCE_PATH + mcp.PATH, oauth.protected_resource_document),
+            ("/.well-known/oauth-authorization-server", oauth.authorization_server_document),
+        ]
+        for method, handler in [("GET", document), ("OPTIONS", oauth.preflight)]
+    ),
+    Route("GET", oauth.AUTHORIZE_PATH, oauth.authorize, None),
+    Route("POST", oauth.AUTHORIZE_PATH, oauth.authorize, None),
+    *(
+        Route(method, path, handler, None)
+        for path, endpoint in [
+            (oauth.TOKEN_PATH, oauth.token),
+            (oauth.REGISTER_PATH, oauth.register),
+            (oauth.REVOKE_PATH, oauth.revoke),
+        ]
+        for method, handler in [("POST", endpoint), ("OPTIONS", oauth.preflight)]
+    ),
+    Route("GET", CONSENT_PATH, consent.show, None),
+    Route("POST", CONSENT_PATH, consent.answer, None),
+    Route("GET", "/api/v1/oauth/grants", oauth.list_grants, READ),
+    Route("DELETE", "/api/v1/oauth/grants/{grant_id}", oauth.revoke_grant, READ),
     # Browse face (seed 000)
     Route("GET", "/api/v1/memories", browse.list_memories, READ),
     # Search face (seed 002)

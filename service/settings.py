@@ -70,6 +70,20 @@ def normal_origin(origin: str) -> str:
     return f"{scheme}{sep}{host}"
 
 
+def parse_public_url(raw: str) -> str:
+    """The URL people reach the service at (``https://mneme.example.com``, or a path
+    prefix behind a proxy): http(s), a host, no query or fragment; no trailing slash."""
+    url = raw.strip().rstrip("/")
+    scheme, sep, rest = url.partition("://")
+    host = rest.split("/", 1)[0]
+    odd = any(c in url for c in "?# ")
+    if scheme.lower() not in ("http", "https") or not sep or not host or odd:
+        raise SettingsError(
+            f"MNEME_PUBLIC_URL: {raw!r} is not a URL like https://mneme.example.com"
+        )
+    return f"{scheme.lower()}://{host.lower()}{rest[len(host) :]}"
+
+
 def parse_origins(raw: str) -> tuple[str, ...]:
     """``scheme://host[:port]`` origins, comma-separated, as browsers send them."""
     origins = tuple(normal_origin(part) for part in raw.split(",") if part.strip())
@@ -157,6 +171,8 @@ VARIABLES: tuple[tuple[str, str, Parse], ...] = (
     ("MNEME_LOG_LEVEL", "log_level", _log_level),
     ("MNEME_SHUTDOWN_TIMEOUT", "shutdown_timeout", _integer(0, 3600, kind=float)),
     ("MNEME_MCP_ALLOWED_ORIGINS", "mcp_allowed_origins", lambda name, raw: parse_origins(raw)),
+    ("MNEME_PUBLIC_URL", "public_url", lambda name, raw: parse_public_url(raw)),
+    ("MNEME_OAUTH_ACCESS_TOKEN_SECONDS", "oauth_access_ttl_s", _integer(60, 3600, kind=float)),
     ("MNEME_DATABASE_WAIT", "database_wait_s", _integer(0, 3600, kind=float)),
     ("MNEME_HEADER_TIMEOUT", "header_timeout", _integer(1, 3600, kind=float)),
     ("MNEME_BODY_TIMEOUT", "body_timeout", _integer(1, 3600, kind=float)),
@@ -218,6 +234,11 @@ class Settings:
     # Browser origins whose pages may call /mcp (MNEME_MCP_ALLOWED_ORIGINS, comma-separated,
     # e.g. https://app.example.com); requests from any other origin are refused.
     mcp_allowed_origins: tuple[str, ...] = ()
+    # The URL people reach the service at, behind a TLS proxy (MNEME_PUBLIC_URL): the
+    # OAuth issuer and the /mcp resource are named from it. Unset: each request's own.
+    public_url: str | None = None
+    # How long an OAuth access token lives (at most an hour; its refresh token rotates).
+    oauth_access_ttl_s: float = 3600.0
 
     @property
     def model_cache_dir(self) -> Path:

@@ -16,7 +16,11 @@ import asyncpg
 # Copied to every node: small, written rarely, read by every request on whichever node
 # takes it (the key check finds a key by its secret alone, before the workspace is known:
 # api_keys' unique secret index needs no workspace_id on a reference table).
-REFERENCE = {"workspaces", "members", "api_keys"}
+# OAuth's tables are found the same way, by a token's or code's hash (oauth_clients before
+# anyone has said who they are), and are small: one row per connected app and its tokens.
+REFERENCE = {"workspaces", "members", "api_keys"} | {
+    f"oauth_{name}" for name in ("clients", "requests", "grants", "codes", "tokens")
+}
 # Neither: the coordinator's own bookkeeping (the migration runner's; the janitor's lease,
 # which every replica asks through the coordinator).
 LOCAL = {"schema_migrations", "leases"}

@@ -54,8 +54,12 @@ def test_settings_from_environment() -> None:
             "MNEME_RATE_LIMITS": "free=10, scale=20",
             "MNEME_BOOTSTRAP_KEY": "k" * 20,
             "MNEME_DATA_DIR": "",  # empty means unset
+            "MNEME_PUBLIC_URL": "HTTPS://Mneme.Example.com/memory/",
+            "MNEME_OAUTH_ACCESS_TOKEN_SECONDS": "600",
         }
     )
+    assert s.public_url == "https://mneme.example.com/memory"  # no trailing slash
+    assert s.oauth_access_ttl_s == 600
     assert not s.embedded
     assert s.port == 9000 and s.worker is False
     assert dict(s.rate_limits) == {"free": 10, "pro": 600, "scale": 20}
@@ -74,6 +78,10 @@ def test_settings_from_environment() -> None:
         ("MNEME_BOOTSTRAP_KEY", "caf\u00e9", "MNEME_BOOTSTRAP_KEY"),
         ("MNEME_LOG_LEVEL", "chatty", "MNEME_LOG_LEVEL"),
         ("MNEME_DATABASE_POOLER", "statement", "MNEME_DATABASE_POOLER"),
+        ("MNEME_PUBLIC_URL", "mneme.example.com", "MNEME_PUBLIC_URL"),
+        ("MNEME_PUBLIC_URL", "https://mneme.example.com/?x=1", "MNEME_PUBLIC_URL"),
+        ("MNEME_PUBLIC_URL", "ftp://mneme.example.com", "MNEME_PUBLIC_URL"),
+        ("MNEME_OAUTH_ACCESS_TOKEN_SECONDS", "7200", "MNEME_OAUTH_ACCESS_TOKEN_SECONDS"),
     ],
 )
 def test_bad_settings_name_the_variable(name: str, value: str, message: str) -> None:

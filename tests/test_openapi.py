@@ -53,8 +53,10 @@ def undocumented(llms: str) -> list[str]:
     text = _whole(llms)
 
     def named(path: str) -> bool:
-        return re.search(rf"(?:^|(?<=[\s|(`])){re.escape(_whole(path))}(?=[\s?,;:).`]|$)",
-                         text) is not None  # fmt: skip
+        # Followed by a space, punctuation or the end; a full stop only when no word
+        # follows it (``/`` is not named by ``/.well-known``).
+        end = r"(?=[\s?,;:)`]|\.(?![\w-])|$)"
+        return re.search(rf"(?:^|(?<=[\s|(`])){re.escape(_whole(path))}{end}", text) is not None
 
     return sorted({r.path for r in ROUTES if not named(r.path)})
 

@@ -10,9 +10,9 @@ Who a call acts for: the access middleware has checked the key (401 with
 ``WWW-Authenticate: Bearer`` before any MCP message is read; ``memory:read`` needed);
 each tool then runs in-process, through the engine, for that key's principal
 (``mcp_engine.EngineExecutor``), so the readability rule, scopes and usage are exactly
-the REST API's, and a tool call counts once against the rate limit: as this request. The
-store a tool uses when none is named is the URL's ``store`` query parameter, else
-``default``.
+the REST API's, and a tool call counts once against the rate limit: as this request. An
+OAuth access token (``service.faces.oauth``) acts as the key that approved it, narrowed to
+its grant's scopes. The store a tool uses when none is named: ``default_store``.
 
 Browsers: a request with an ``Origin`` header is refused (403) unless that origin is in
 ``MNEME_MCP_ALLOWED_ORIGINS`` (the MCP specification asks HTTP servers to check it, as a
@@ -37,9 +37,11 @@ from service.app_keys import SETTINGS
 from service.faces.mcp_engine import EngineExecutor
 from service.http.asgi import serve_asgi
 from service.http.errors import ApiError
+from service.http.middleware import principal_of
+from service.http.public import MCP_PATH
 from service.settings import normal_origin
 
-PATH = "/mcp"
+PATH = MCP_PATH
 # What a browser page of an allowed origin may send and read (the transport's headers).
 CORS_HEADERS = {
     "Access-Control-Allow-Methods": "GET, POST, DELETE, OPTIONS",
@@ -99,6 +101,12 @@ async def held_open(context: AbstractAsyncContextManager[Any]) -> AsyncIterator[
         await task
 
 
+def default_store(request: web.Request) -> str:
+    """The store a tool uses when none is named: an OAuth token's grant's (the person
+    chose it on the consent page), else the URL's ``store`` parameter, else ``default``."""
+    return principal_of(request).grant_store or request.query.get("store") or "default"
+
+
 def check_origin(request: web.Request) -> dict[str, str]:
     """The CORS headers for the request's origin: none without an ``Origin`` header
     (agents, servers), 403 for an origin that is not allowed."""
@@ -117,7 +125,7 @@ def check_origin(request: web.Request) -> dict[str, str]:
 async def handle(request: web.Request) -> web.StreamResponse:
     """POST /mcp: one MCP exchange, acting for the caller's key."""
     cors = check_origin(request)
-    token = CALLER.set(Caller(EngineExecutor(request), request.query.get("store") or "default"))
+    token = CALLER.set(Caller(EngineExecutor(request), default_store(request)))
     try:
         response = await serve_asgi(request.app[MCP], request, headers=cors)
     finally:

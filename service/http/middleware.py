@@ -32,6 +32,7 @@ from service.http.keys import (
     SETTINGS,
 )
 from service.http.outage import RETRY_AFTER_S, is_rolled_back, is_unavailable
+from service.http.public import PROTECTED_RESOURCE_PATH, public_base
 from service.http.route import Handler
 from service.ids import new_id
 from service.problems import Problem, missing_scope
@@ -188,8 +189,15 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
     if spec is None or spec.scope is None:
         return await handler(request)
 
+    try:
+        secret = presented_key(request)
+        if keys.is_token(secret) and not spec.tokens:
+            raise unauthorized(
+                "An OAuth access token is accepted on /mcp only; send an API key here"
+            )
+    except ApiError as refused:
+        raise _challenged(request, refused, spec.tokens, sent=False) from None
     limits = request.app[SETTINGS].rate_limits
-    secret = presented_key(request)
     digest = keys.digest(secret)
     recent = request.app[RECENT_KEYS]
     prefetch = None
@@ -200,7 +208,10 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
         found = await keys.authenticate_and_count(request.app[PLANNED_ONCE_POOL], secret, limits)
         phase(request, "auth", time.perf_counter() - started)
         if found is None:
-            raise unauthorized("Invalid or revoked API key")
+            message = "Invalid, expired or revoked token" if keys.is_token(secret) else None
+            raise _challenged(
+                request, unauthorized(message or "Invalid or revoked API key"), spec.tokens
+            )
         principal, decision = found
         if not decision.allowed or spec.scope not in principal.scopes:
             raise _refused(request, principal, decision, spec.scope)
@@ -214,6 +225,19 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
             # then discards itself.
             prefetch.cancel()
             abandon_body(request)
+
+
+def _challenged(request: web.Request, error: ApiError, tokens: bool, sent: bool = True) -> ApiError:
+    """A 401 on a route that takes OAuth tokens (``/mcp``) says where to get one (RFC
+    9728's ``resource_metadata``; the MCP authorization spec's discovery), and
+    ``invalid_token`` when a credential was sent (RFC 6750 §3.1)."""
+    if tokens and error.status == 401:
+        metadata = f"{public_base(request)}{PROTECTED_RESOURCE_PATH}"
+        challenge = f'Bearer realm="mneme", resource_metadata="{metadata}"'
+        if sent:
+            challenge += ', error="invalid_token"'
+        error.headers["WWW-Authenticate"] = challenge
+    return error
 
 
 def _refused(

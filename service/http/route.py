@@ -26,3 +26,6 @@ class Route:
     # authenticated here lately (service.http.keys.RecentKeys). It must change nothing and
     # may fail silently: the handler runs, or not, as without it.
     prefetch: Prefetch | None = None
+    # Takes OAuth access tokens as well as keys (``/mcp`` only: service.faces.oauth), and
+    # a 401 says where to get one.
+    tokens: bool = False

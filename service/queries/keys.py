@@ -55,6 +55,8 @@ class Principal:
     member: str | None
     scopes: frozenset[str]
     rooms: list[str]
+    # An OAuth access token's: the default store its grant chose (None for a key).
+    grant_store: str | None = None
 
     @property
     def is_service(self) -> bool:
@@ -126,16 +128,31 @@ async def revoke_key(conn: Conn, workspace_id: str, key_id: str) -> bool:
     return await REVOKE_KEY.fetchval(conn, workspace=workspace_id, id=key_id) is not None
 
 
-_AUTHENTICATE = """
-SELECT k.id, k.workspace_id, w.tier, k.kind, k.member_id, k.scopes, k.secret_sha256,
+_ROOMS = """
        CASE WHEN k.member_id IS NULL THEN '{}'::text[] ELSE
            coalesce((SELECT array_agg(rm.room_id) FROM room_members rm
                      WHERE rm.workspace_id = k.workspace_id AND rm.member_id = k.member_id),
                     '{}')
-       END AS rooms
+       END AS rooms"""
+_AUTHENTICATE = f"""
+SELECT k.id, k.workspace_id, w.tier, k.kind, k.member_id, k.scopes, k.secret_sha256,
+       NULL::text AS grant_store, {_ROOMS}
 FROM api_keys k
 JOIN workspaces w ON w.id = k.workspace_id
 WHERE k.secret_sha256 = :secret_sha256 AND k.revoked_at IS NULL
+"""
+# An OAuth access token (sql/migrations/0021_oauth.sql) acts as the key that approved its
+# grant, with that key's scopes narrowed to the grant's: a revoked key or grant, or an
+# expired token, finds no row.
+_AUTHENTICATE_TOKEN = f"""
+SELECT k.id, k.workspace_id, w.tier, k.kind, k.member_id,
+       ARRAY(SELECT unnest(k.scopes) INTERSECT SELECT unnest(t.scopes)) AS scopes,
+       t.token_sha256 AS secret_sha256, g.store AS grant_store, {_ROOMS}
+FROM oauth_tokens t
+JOIN oauth_grants g ON g.id = t.grant_id AND g.revoked_at IS NULL
+JOIN api_keys k ON k.workspace_id = g.workspace_id AND k.id = g.key_id AND k.revoked_at IS NULL
+JOIN workspaces w ON w.id = k.workspace_id
+WHERE t.token_sha256 = :secret_sha256 AND t.kind = 'access' AND t.expires_at > now()
 """
 AUTHENTICATE = NamedSQL(_AUTHENTICATE)
 
@@ -153,6 +170,7 @@ def _principal(row: asyncpg.Record, presented: bytes) -> Principal | None:
         member=row["member_id"],
         scopes=frozenset(row["scopes"]),
         rooms=list(row["rooms"]),
+        grant_store=row["grant_store"],
     )
 
 
@@ -174,12 +192,13 @@ async def authenticate(conn: Conn, secret: str) -> Principal | None:
 # (a write waits for one, its own). A flush costs what the disk's fsync costs: 0.13 ms on
 # the development VM (pg_test_fsync), where single-write and search A/B runs could not
 # tell the difference; more on network block storage.
-AUTHENTICATE_AND_COUNT = NamedSQL(f"""
+def _counted(authenticate: str) -> NamedSQL:
+    return NamedSQL(f"""
 WITH k AS (
     SELECT a.*,
            CASE a.tier WHEN 'free' THEN :free::int WHEN 'pro' THEN :pro::int ELSE :scale::int END
            AS rate_limit
-    FROM ({_AUTHENTICATE}) a
+    FROM ({authenticate}) a
 ), lazy_commit AS (
     SELECT set_config('synchronous_commit', 'off', true)
 )
@@ -188,12 +207,24 @@ FROM k, lazy_commit, LATERAL mneme_rate_hit(k.workspace_id, k.rate_limit) r
 """)
 
 
+AUTHENTICATE_AND_COUNT = _counted(_AUTHENTICATE)
+AUTHENTICATE_TOKEN_AND_COUNT = _counted(_AUTHENTICATE_TOKEN)
+TOKEN_PREFIX = "mneme_at_"  # noqa: S105 - an OAuth access token's label (queries/oauth.py)
+
+
+def is_token(secret: str) -> bool:
+    """Whether a presented secret is an OAuth access token rather than a key."""
+    return secret.startswith(TOKEN_PREFIX)
+
+
 async def authenticate_and_count(
     conn: Conn, secret: str, limits: Mapping[str, int]
 ) -> tuple[Principal, ratelimit.Decision] | None:
-    """The principal and its workspace's rate-limit decision; ``None`` for a bad key."""
+    """The principal and its workspace's rate-limit decision; ``None`` for a bad key (or
+    OAuth access token: ``is_token``)."""
     presented = digest(secret)
-    row = await AUTHENTICATE_AND_COUNT.fetchrow(
+    statement = AUTHENTICATE_TOKEN_AND_COUNT if is_token(secret) else AUTHENTICATE_AND_COUNT
+    row = await statement.fetchrow(
         conn,
         secret_sha256=presented,
         free=limits["free"],

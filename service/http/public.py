@@ -1,0 +1,27 @@
+"""The URL people reach the service at: ``MNEME_PUBLIC_URL`` (behind a TLS proxy), else
+the request's own scheme and host. OAuth names its issuer, endpoints and the ``/mcp``
+resource from it."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from service.http.keys import SETTINGS
+
+# RFC 9728's document for the service as a whole; the same document is also served at
+# this path plus ``/mcp`` (the resource's own path, where RFC 9728 §3.1 puts it).
+PROTECTED_RESOURCE_PATH = "/.well-known/oauth-protected-resource"
+MCP_PATH = "/mcp"
+
+
+def public_base(request: web.Request) -> str:
+    """``https://host[:port][/prefix]``, no trailing slash."""
+    configured = request.app[SETTINGS].public_url
+    if configured is not None:
+        return configured
+    return f"{request.scheme}://{request.host}"
+
+
+def mcp_resource(request: web.Request) -> str:
+    """The canonical URI of this MCP server (RFC 8707's resource, what tokens are for)."""
+    return public_base(request) + MCP_PATH
