@@ -306,6 +306,22 @@ async def test_a_browser_page_of_another_origin_is_refused(
     assert refused_preflight.status == 403
 
 
+async def test_the_services_own_origin_may_call_but_a_rebound_name_may_not(
+    make_client: Callable[[Settings], Awaitable[HttpClient]], settings: Settings
+) -> None:
+    # A page of the service's own origin on a loopback host is same-origin; a DNS
+    # rebinding attack sends its own name as Host and Origin alike, and stays refused.
+    client = await make_client(settings)
+    own = str(client.make_url("")).rstrip("/")
+    assert (await post_mcp(client, INITIALIZE, Origin=own, **ADMIN)).status == 200
+    rebound = {"Origin": "http://evil.example:8080", "Host": "evil.example:8080"}
+    assert (await post_mcp(client, INITIALIZE, **rebound, **ADMIN)).status == 403
+    public = await make_client(settings.with_overrides(public_url="https://mneme.example.com"))
+    ok = await post_mcp(public, INITIALIZE, Origin="https://mneme.example.com", **ADMIN)
+    assert ok.status == 200
+    assert (await post_mcp(public, INITIALIZE, Origin=own, **ADMIN)).status == 403
+
+
 async def test_mcp_calls_show_in_metrics_logs_and_the_api_description(
     client: HttpClient, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -393,21 +409,22 @@ async def test_the_typescript_sdk_remembers_and_recalls(
     client: HttpClient, node_client: Path
 ) -> None:
     url = str(client.make_url("/mcp?store=default"))
-    proc = await _run_node(node_client, url, BOOTSTRAP_KEY)
+    proc = await run_node(node_client, url, BOOTSTRAP_KEY)
     assert proc["tools"] == sorted(TOOLS)
     assert proc["remembered"]["id"].startswith("mem_")
     assert proc["recalled"][0]["id"] == proc["remembered"]["id"]
     page = await (await client.get("/api/v1/memories?limit=5", headers=ADMIN)).json()
     assert [m["id"] for m in page["data"]] == [proc["remembered"]["id"]]
-    bad = await _run_node(node_client, url, "not-a-key-xxxxxxxxxxxxxxxx", check=False)
+    bad = await run_node(node_client, url, "not-a-key-xxxxxxxxxxxxxxxx", check=False)
     assert "authentication_error" in bad["error"], bad
 
 
-async def _run_node(script: Path, url: str, key: str, *, check: bool = True) -> dict[str, Any]:
+async def run_node(script: Path, *args: str, check: bool = True) -> dict[str, Any]:
+    """The last JSON line a Node script printed, given ``args``."""
     import asyncio
 
     proc = await asyncio.create_subprocess_exec(
-        "node", str(script), url, key,
+        "node", str(script), *args,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     out, err = await asyncio.wait_for(proc.communicate(), timeout=120)

@@ -38,7 +38,7 @@ from service.faces.mcp_engine import EngineExecutor
 from service.http.asgi import serve_asgi
 from service.http.errors import ApiError
 from service.http.middleware import principal_of
-from service.http.public import MCP_PATH
+from service.http.public import MCP_PATH, is_loopback, origin_of, public_base
 from service.settings import normal_origin
 
 PATH = MCP_PATH
@@ -107,13 +107,23 @@ def default_store(request: web.Request) -> str:
     return principal_of(request).grant_store or request.query.get("store") or "default"
 
 
+def own(request: web.Request) -> tuple[str, ...]:
+    """The service's own origin, which a page it serves may always use: MNEME_PUBLIC_URL's,
+    or, on a loopback host, the request's. Never the request's on any other host: a DNS
+    rebinding attack sends its own name as both Host and Origin."""
+    if request.app[SETTINGS].public_url is not None:
+        return (normal_origin(origin_of(public_base(request))),)
+    host = request.host.rsplit(":", 1)[0] if not request.host.endswith("]") else request.host
+    return (normal_origin(f"{request.scheme}://{request.host}"),) if is_loopback(host) else ()
+
+
 def check_origin(request: web.Request) -> dict[str, str]:
     """The CORS headers for the request's origin: none without an ``Origin`` header
     (agents, servers), 403 for an origin that is not allowed."""
     origin = request.headers.get("Origin")
     if origin is None:
         return {}
-    if normal_origin(origin) not in request.app[SETTINGS].mcp_allowed_origins:
+    if normal_origin(origin) not in (*request.app[SETTINGS].mcp_allowed_origins, *own(request)):
         raise ApiError(
             403,
             "This Origin may not use /mcp: add it to MNEME_MCP_ALLOWED_ORIGINS to allow a "

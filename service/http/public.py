@@ -4,6 +4,8 @@ resource from it."""
 
 from __future__ import annotations
 
+import ipaddress
+
 from aiohttp import web
 
 from service.http.keys import SETTINGS
@@ -25,3 +27,19 @@ def public_base(request: web.Request) -> str:
 def mcp_resource(request: web.Request) -> str:
     """The canonical URI of this MCP server (RFC 8707's resource, what tokens are for)."""
     return public_base(request) + MCP_PATH
+
+
+def origin_of(url: str) -> str:
+    """``scheme://host[:port]`` of a URL (a path prefix dropped)."""
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://{rest.split('/', 1)[0]}"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a host name or address (IPv6 in brackets or not) is this machine's."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

@@ -23,7 +23,6 @@ import base64
 import binascii
 import hashlib
 import hmac
-import ipaddress
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -44,11 +43,11 @@ from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 from starlette.requests import Request
 
 from service.decoding import nul_path, string_problem
+from service.http.public import is_loopback
 from service.queries import oauth
 
 SCOPES = ["memory:read", "memory:write"]
 CONSENT_PATH = "/oauth/consent"
-LOOPBACK_NAMES = {"localhost"}
 
 
 class GrantCode(AuthorizationCode):
@@ -61,15 +60,6 @@ class GrantRefreshToken(RefreshToken):
 
 class GrantAccessToken(AccessToken):
     grant_id: str
-
-
-def is_loopback(host: str) -> bool:
-    if host.lower() in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def check_redirect_uri(uri: str) -> None:

@@ -3,15 +3,11 @@
 //   node client.mjs URL KEY
 // Prints one JSON line: the tools listed, what remember and recall answered, or the error.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { run, structured } from "./common.mjs";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 
 const [url, key] = process.argv.slice(2);
 
-function structured(result) {
-  if (result.isError) throw new Error(result.content.map((c) => c.text).join(" "));
-  const value = result.structuredContent;
-  return value && "result" in value ? value.result : value;
-}
 
 async function main() {
   const transport = new StreamableHTTPClientTransport(new URL(url), {
@@ -39,10 +35,4 @@ async function main() {
   }
 }
 
-main().then(
-  (out) => console.log(JSON.stringify(out)),
-  (err) => {
-    console.log(JSON.stringify({ error: String(err && err.message ? err.message : err) }));
-    process.exit(1);
-  },
-);
+run(main);
