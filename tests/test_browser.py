@@ -12,12 +12,14 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestServer
-from playwright.async_api import Browser, Page, async_playwright, expect
+from playwright.async_api import Browser, Page, Route, async_playwright, expect
 
 from embeddings.model import SentenceTransformerEmbedder
 from service.app import create_app
 from service.settings import Settings
 from tests.helpers import ADMIN, BOOTSTRAP_KEY, Client, auth, make_key, make_member
+from tests.oauth_flow import REDIRECT, Answer, HandClient, pkce
+from tests.test_mcp_http import INITIALIZE
 
 pytestmark = pytest.mark.slow  # pyproject.toml: markers
 
@@ -305,3 +307,46 @@ async def test_the_overview_plots_from_local_files_what_the_key_may_read(
     await expect(page.locator("#written-summary")).to_have_text(
         "5 memories written: default 3, ops 2"
     )
+
+
+async def test_a_person_approves_an_app_and_disconnects_it_from_the_page(
+    browser: Browser, served: tuple[str, Client]
+) -> None:
+    # The consent page in a real browser (its cookie, its form, the redirect back), then the
+    # Connected apps view: each key sees the apps it connected, and Disconnect ends one.
+    base, client = served
+    both = ["memory:read", "memory:write"]
+    mine = await make_key(client, kind="service", scopes=both)
+    theirs = await make_key(client, kind="service", scopes=both)
+    agent = await HandClient.register(base, client_name="<b>Claude</b>")
+    verifier, challenge = pkce()
+    page = await browser.new_page()
+    returned: list[str] = []
+
+    async def back_at_the_app(route: Route) -> None:
+        returned.append(route.request.url)
+        await route.fulfill(status=200, body="back at the app")
+
+    await page.route(REDIRECT + "*", back_at_the_app)
+    await page.goto(agent.authorization_url(challenge))
+    await expect(page.locator("h1")).to_contain_text("Connect <b>Claude</b> to Mneme?")
+    await page.fill("#key", mine)
+    await page.click("button[value=approve]")
+    await expect(page.locator("body")).to_contain_text("back at the app")
+    [location] = returned
+    status, tokens = await agent.exchange(Answer(303, location, "").query["code"], verifier)
+    assert status == 200, tokens
+    their_tokens = await agent.tokens(theirs)
+
+    await login(page, base, mine)
+    await page.click("#tab-apps")
+    rows = page.locator("#apps tbody tr")
+    await expect(rows).to_have_count(1)
+    await expect(rows.first).to_contain_text("<b>Claude</b>")  # as text
+    await expect(rows.first).to_contain_text("read and write")
+    await rows.first.locator("button").click()
+    await expect(page.locator("#apps-empty")).to_be_visible()
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    for token, status in ((tokens["access_token"], 401), (their_tokens["access_token"], 200)):
+        resp = await client.post("/mcp", json=INITIALIZE, headers={**headers, **auth(token)})
+        assert resp.status == status

@@ -523,6 +523,45 @@ async function sampleQueue() {
   }
 }
 
+// --- connected apps: OAuth grants of this key (an admin key: the workspace's) ------------
+
+async function loadApps() {
+  $("apps-error").textContent = "";
+  const body = $("apps").tBodies[0];
+  try {
+    const grants = (await api("GET", "/api/v1/oauth/grants")).data;
+    body.replaceChildren(...grants.map(appRow));
+    $("apps-empty").hidden = grants.length > 0;
+  } catch (err) {
+    if (err.status === 401) return signOut("That key is not valid any more.");
+    $("apps-error").textContent = err.message;
+  }
+}
+
+function appRow(grant) {
+  const row = document.createElement("tr");
+  const may = grant.scopes.includes("memory:write") ? "read and write" : "read";
+  for (const text of [grant.client_name || grant.client_id, grant.redirect_hosts.join(", "),
+    may, grant.store, grant.created_at.slice(0, 10), (grant.last_used_at || "").slice(0, 10)]) {
+    row.append(el("td", text));
+  }
+  const cell = el("td");
+  const button = el("button", "Disconnect");
+  button.addEventListener("click", async () => {
+    button.disabled = true;
+    try {
+      await api("DELETE", `/api/v1/oauth/grants/${encodeURIComponent(grant.id)}`);
+      await loadApps();
+    } catch (err) {
+      $("apps-error").textContent = err.message;
+      button.disabled = false;
+    }
+  });
+  cell.append(button);
+  row.append(cell);
+  return row;
+}
+
 // --- wiring ------------------------------------------------------------------------------
 
 function selectTab(name) {
@@ -533,6 +572,7 @@ function selectTab(name) {
   }
   if (name === "stores") loadStores();
   if (name === "overview") overview();
+  if (name === "apps") loadApps();
 }
 
 document.addEventListener("DOMContentLoaded", () => {
