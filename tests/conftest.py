@@ -16,13 +16,14 @@ import pytest
 from aiohttp.test_utils import TestServer
 from aiohttp.web_runner import BaseRunner
 
+from bench.common import Server
 from embeddings.model import SentenceTransformerEmbedder
 from service.app import create_app
 from service.app_keys import SETTINGS
 from service.http.server import runner_for
 from service.ops import db, migrations
 from service.settings import Settings
-from tests.helpers import BOOTSTRAP_KEY, Client
+from tests.helpers import BOOTSTRAP_KEY, Client, serving
 
 TEMPLATE = "mneme_template"
 _counter = itertools.count()
@@ -155,3 +156,10 @@ async def client(
     make_client: Callable[[Settings], Awaitable[Client]], settings: Settings
 ) -> Client:
     return await make_client(settings)
+
+
+@pytest.fixture(scope="module")
+def mneme_serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A running ``mneme serve`` for a module of client tests (``tests.helpers.serving``)."""
+    with serving(tmp_path_factory.mktemp("serve")) as srv:
+        yield srv

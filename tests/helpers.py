@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from aiohttp.test_utils import TestClient
 from mcp import Client as McpClient, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mneme_client import Mneme
 
 from bench.common import Server
 from embeddings.model import SentenceTransformerEmbedder
@@ -67,6 +69,14 @@ def serving(tmp: Path) -> Iterator[Server]:
         yield srv
     finally:
         srv.stop()
+
+
+def new_store(base_url: str, prefix: str) -> str:
+    """A store of its own for one test, by the bootstrap key: its name."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    with Mneme(api_key=BOOTSTRAP_KEY, base_url=base_url) as admin:
+        admin.stores.create(name)
+    return name
 
 
 async def search(

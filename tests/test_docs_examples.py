@@ -7,13 +7,12 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from bench.common import Server
-from tests.helpers import BOOTSTRAP_KEY, repo_root, serving
+from tests.helpers import BOOTSTRAP_KEY, repo_root
 
 pytestmark = pytest.mark.slow
 
@@ -21,9 +20,8 @@ PAGES = sorted((repo_root() / "docs" / "integrations").glob("*.md"))
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with serving(tmp_path_factory.mktemp("docs")) as srv:
-        yield srv
+def server(mneme_serve: Server) -> Server:
+    return mneme_serve
 
 
 def python_blocks(page: Path) -> list[str]:
@@ -36,6 +34,7 @@ def test_the_pages_example_runs_as_written(page: Path, server: Server, tmp_path:
     script = tmp_path / "example.py"
     script.write_text(example)
     env = {**os.environ, "MNEME_URL": server.base, "MNEME_API_KEY": BOOTSTRAP_KEY}
+    env.pop("OPENAI_API_KEY", None)  # offline: an example's model call runs only with one
     done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
                           text=True, timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]

@@ -5,7 +5,6 @@ things and the search API's filters."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -16,7 +15,7 @@ from mneme_client import Mneme
 from mneme_client.langchain import MnemeRetriever
 
 from bench.common import Server
-from tests.helpers import BOOTSTRAP_KEY, serving
+from tests.helpers import BOOTSTRAP_KEY
 
 pytestmark = pytest.mark.slow
 
@@ -31,9 +30,8 @@ TEA = [
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with serving(tmp_path_factory.mktemp("langchain")) as srv:
-        yield srv
+def server(mneme_serve: Server) -> Server:
+    return mneme_serve
 
 
 @pytest.fixture(scope="module")

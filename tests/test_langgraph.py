@@ -6,7 +6,6 @@ that see different things; and ranking by Mneme's search within a namespace pref
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -18,15 +17,14 @@ from mneme_client import Mneme
 from mneme_client.langgraph import MnemeStore, path_of, split
 
 from bench.common import Server
-from tests.helpers import BOOTSTRAP_KEY, serving
+from tests.helpers import BOOTSTRAP_KEY
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with serving(tmp_path_factory.mktemp("langgraph")) as srv:
-        yield srv
+def server(mneme_serve: Server) -> Server:
+    return mneme_serve
 
 
 def fresh_store(server: Server, key: str = BOOTSTRAP_KEY, **options: Any) -> MnemeStore:

@@ -4,8 +4,6 @@ running ``mneme serve``."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,22 +15,14 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.models.test import TestModel
 
 from bench.common import Server
-from tests.helpers import BOOTSTRAP_KEY, serving
+from tests.helpers import BOOTSTRAP_KEY, new_store
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    with serving(tmp_path_factory.mktemp("pydantic-ai")) as srv:
-        yield srv
-
-
-def new_store(server: Server) -> str:
-    name = f"pai-{uuid.uuid4().hex[:8]}"
-    with Mneme(api_key=BOOTSTRAP_KEY, base_url=server.base) as admin:
-        admin.stores.create(name)
-    return name
+def server(mneme_serve: Server) -> Server:
+    return mneme_serve
 
 
 def returns(messages: list[ModelMessage]) -> list[ToolReturnPart]:
@@ -53,7 +43,7 @@ def scripted(*calls: tuple[str, dict[str, Any]]) -> FunctionModel:
 
 
 async def test_an_agent_remembers_then_recalls(server: Server) -> None:
-    store = new_store(server)
+    store = new_store(server.base, "pai")
     toolset = mneme_toolset(store, api_key=BOOTSTRAP_KEY, base_url=server.base)
     model = scripted(
         ("remember", {"text": "Alice drinks oolong tea every morning."}),
@@ -67,7 +57,7 @@ async def test_an_agent_remembers_then_recalls(server: Server) -> None:
 
 
 async def test_the_files_tools_and_a_fixable_refusal(server: Server) -> None:
-    store = new_store(server)
+    store = new_store(server.base, "pai")
     toolset = mneme_toolset(store, api_key=BOOTSTRAP_KEY, base_url=server.base, files=True)
     model = scripted(
         ("read_file", {"path": "notes/alice.md"}),  # not there yet: back to the model
@@ -85,7 +75,7 @@ async def test_the_files_tools_and_a_fixable_refusal(server: Server) -> None:
 
 
 async def test_pydantic_ais_test_model_calls_the_tools(server: Server) -> None:
-    store = new_store(server)
+    store = new_store(server.base, "pai")
     toolset = mneme_toolset(store, api_key=BOOTSTRAP_KEY, base_url=server.base)
     agent = Agent(TestModel(call_tools=["remember", "recall"]), toolsets=[toolset])
     result = await agent.run("Use your memory.")

@@ -24,9 +24,8 @@ from pydantic import Field, PrivateAttr
 
 from mneme_client._async import AsyncMneme
 from mneme_client._sync import Mneme
+from mneme_client._tools import MAX_RESULTS, MIN_RESULTS
 from mneme_client._types import Hit
-
-MIN_RESULTS, MAX_RESULTS = 5, 20  # the search API's max_results bounds
 
 
 def document(hit: Hit) -> Document:

@@ -16,6 +16,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from pydantic_ai import FunctionToolset, ModelRetry
 
+from mneme_client import _tools
 from mneme_client._async import AsyncMneme
 from mneme_client._errors import ConflictError, InvalidRequestError, NotFoundError
 
@@ -57,8 +58,7 @@ def mneme_toolset(
         Args:
             text: the fact, in one self-contained sentence.
         """
-        fields: dict[str, Any] = {"store": store} | ({"scope": scope} if scope else {})
-        memory = await client.add(text, **fields)
+        memory = await _tools.remember(client, store, scope, text)
         return {"id": memory.id, "text": memory.text}
 
     async def recall(query: str, max_results: int = 5) -> list[dict[str, Any]]:
@@ -68,8 +68,7 @@ def mneme_toolset(
             query: the question or topic, in words.
             max_results: how many memories to return (5-20).
         """
-        hits = await client.search(store, query, max(5, min(20, max_results)))
-        return [{"id": h.id, "text": h.content, "similarity": h.similarity} for h in hits]
+        return await _tools.recall(client, store, query, max_results)
 
     tools: list[Callable[..., Awaitable[Any]]] = [remember, recall]
     if files:
