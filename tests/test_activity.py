@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import asyncpg
 import pytest
+from aiohttp import web
 
-from service.ops import db
+from service.app_keys import METER, POOL, TOUCHER
+from service.ops import db, jobs
 from service.ops.meter import Meter
+from service.ops.toucher import Toucher
 from service.queries import tenancy, usage
 from service.settings import Settings
 from tests.helpers import ADMIN, Client, auth, make_key, make_member
@@ -173,3 +177,25 @@ async def test_a_usage_read_waits_for_the_flush_already_in_flight(db_url: str) -
     finally:
         await blocker.close()
         await pool.close()
+
+
+async def test_usage_and_stamps_lost_at_shutdown_are_logged_with_their_counts(
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The shutdown flush failed (the database gone) and said nothing of what it lost."""
+    pool = await db.create_pool(db_url, Settings(database_url=db_url, pool_min=1, pool_max=1))
+    await pool.close()  # every flush now fails
+    app = web.Application()
+    app[METER], app[TOUCHER], app[POOL] = Meter(), Toucher(), pool
+    for units in (1.0, 2.5):
+        app[METER].add("ws_a", "search", units)
+    app[METER].add("ws_b", "search", 1.0)
+    app[TOUCHER].add("ws_a", ["mem_1", "mem_2"])
+    app[TOUCHER].add("ws_b", ["mem_3"])
+    with caplog.at_level(logging.ERROR, logger="mneme.app"):
+        await jobs.flush_before_stopping(app)
+    said = {r.getMessage(): r.__dict__ for r in caplog.records}
+    usage_lost = said["usage lost: could not record it before stopping"]
+    assert (usage_lost["requests"], usage_lost["units"]) == (3, 4.5)
+    stamps_lost = said["last_used_at stamps lost: could not record them before stopping"]
+    assert stamps_lost["memories"] == 3

@@ -88,13 +88,45 @@ async def test_previous_minute_weighs_on_the_current_one(conn: asyncpg.Connectio
     assert allowed < 10
 
 
+async def test_a_workspace_quiet_for_the_last_minute_is_never_refused(
+    conn: asyncpg.Connection,
+) -> None:
+    # The previous minute used the whole limit, but its last request was 61 s ago: the
+    # last 60 s hold no request. The estimate (10 * (1 - elapsed) + 1 > 10 early in a
+    # minute) refused this request before 0023; a waiting client is let through.
+    await conn.execute(
+        "INSERT INTO rate_limit_counters (workspace_id, window_start, count, last_at) "
+        "VALUES ('w3', date_trunc('minute', now()) - interval '1 minute', 10, "
+        "        now() - interval '61 seconds')"
+    )
+    results = [await ratelimit.hit(conn, "w3", 10) for _ in range(11)]
+    assert [r.allowed for r in results] == [True] * 10 + [False]
+    assert 1 <= results[-1].retry_after <= 60
+    # Its last request within the window, the previous minute still weighs.
+    await conn.execute(
+        "UPDATE rate_limit_counters SET last_at = now() - interval '59 seconds' "
+        "WHERE workspace_id = 'w3' AND window_start < date_trunc('minute', now())"
+    )
+    await conn.execute(
+        "DELETE FROM rate_limit_counters "
+        "WHERE workspace_id = 'w3' AND window_start = date_trunc('minute', now())"
+    )
+    elapsed = await conn.fetchval(
+        "SELECT extract(epoch FROM now() - date_trunc('minute', now()))::float8 / 60"
+    )
+    allowed = sum([(await ratelimit.hit(conn, "w3", 10)).allowed for _ in range(12)])
+    assert abs(allowed - int(10 - 10 * (1 - elapsed) + 1e-9)) <= 1
+
+
 @pytest.mark.parametrize(
     ("limit", "current", "previous", "elapsed", "expected"),
     [
         (10, 10, 0, 0.5, 30 + 6),  # full minute: wait for it to end, then 1/10 of the next
-        (10, 10, 0, 0.0, 60 + 6),
         (10, 5, 10, 0.25, 21),  # 10 * (1 - t) + 6 <= 10 first at t = 0.6: 21 s after 0.25
-        (1, 1, 0, 0.99, 61),  # one a minute: the whole next minute must pass too
+        # Never past 60 s: by then the minute's last request has left the window (these
+        # were 66 and 61 before 0023, for a limit that was free again after 60).
+        (10, 10, 0, 0.0, 60),
+        (1, 1, 0, 0.99, 60),
     ],
 )
 def test_retry_after_is_when_the_estimate_first_admits_a_request(

@@ -261,6 +261,44 @@ async def test_supersedes_marks_the_older_memory(client: Client) -> None:
     assert new["supersededBy"] is None
 
 
+async def test_a_gone_superseder_makes_its_predecessor_current_again(client: Client) -> None:
+    """Deleted (DELETE or a PATCH of status) or purged, the memory that superseded another
+    no longer demotes it; one superseded by a memory still live stays superseded."""
+
+    async def superseded_by(memory: dict[str, Any]) -> str | None:
+        got = await (await client.get(f"/api/v1/memories/{memory['id']}", headers=ADMIN)).json()
+        by: str | None = got["supersededBy"]
+        return by
+
+    async def replaced(text: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        _, old = await post(client, {"text": f"{text} (old)"})
+        _, new = await post(client, {"text": f"{text} (new)", "supersedes": old["id"]})
+        assert await superseded_by(old) == new["id"]
+        return old, new
+
+    old, new = await replaced("The office is in Leeds.")
+    assert (await client.delete(f"/api/v1/memories/{new['id']}", headers=ADMIN)).status == 200
+    assert await superseded_by(old) is None
+
+    old, new = await replaced("Standup is at 9.")
+    patched = await client.patch(
+        f"/api/v1/memories/{new['id']}", json={"status": "deleted"}, headers=ADMIN
+    )
+    assert patched.status == 200, await patched.text()
+    assert await superseded_by(old) is None
+
+    old, new = await replaced("Deploys are on Fridays.")
+    purged = await client.delete(f"/api/v1/memories/{new['id']}?purge=true", headers=ADMIN)
+    assert purged.status == 200
+    assert await superseded_by(old) is None
+
+    # Superseded again since: the first replacement going changes nothing.
+    old, first = await replaced("The cache is Redis.")
+    _, second = await post(client, {"text": "The cache is Valkey.", "supersedes": old["id"]})
+    assert (await client.delete(f"/api/v1/memories/{first['id']}", headers=ADMIN)).status == 200
+    assert await superseded_by(old) == second["id"]
+
+
 async def test_a_replacement_is_readable_by_every_reader_of_what_it_replaces(
     client: Client, conn: asyncpg.Connection
 ) -> None:

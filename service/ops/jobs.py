@@ -50,11 +50,35 @@ async def write_behind(app: web.Application) -> AsyncIterator[None]:
     task = asyncio.create_task(loop(), name="mneme-touch")
     yield
     await cancel(task)
-    try:  # what is pending when stopping: billed units must not vanish without a word
+    await flush_before_stopping(app)
+
+
+async def flush_before_stopping(app: web.Application) -> None:
+    """What is pending when stopping: billed units and ``last_used_at`` stamps must not
+    vanish without a word. Each is tried on its own; one that fails is logged with what
+    is lost (the requests and units, the stamps)."""
+    meter, toucher = app[METER], app[TOUCHER]
+    try:
         await meter.flush(app[POOL])
+    except Exception as exc:
+        log.error(
+            "usage lost: could not record it before stopping",
+            extra={
+                "requests": sum(r for r, _ in meter.pending.values()),
+                "units": round(sum(n for _, n in meter.pending.values()), 6),
+                "error": f"{type(exc).__name__}: {exc}"[:300],
+            },
+        )
+    try:
         await toucher.flush(app[POOL])
-    except Exception:
-        log.exception("could not record the last usage or last_used_at before stopping")
+    except Exception as exc:
+        log.error(
+            "last_used_at stamps lost: could not record them before stopping",
+            extra={
+                "memories": sum(len(ids) for ids in toucher.pending.values()),
+                "error": f"{type(exc).__name__}: {exc}"[:300],
+            },
+        )
 
 
 JANITOR_LEASE = "janitor"

@@ -529,7 +529,7 @@ async def set_superseded(
 
 # The row goes with its media, chunks' vectors and versions (cascade); so do the copies of
 # it elsewhere: idempotency answers and cached search answers that hold it. A memory it
-# superseded is superseded by nothing any more.
+# superseded is superseded by nothing any more (the trigger of 0022_superseder_gone.sql).
 PURGE = NamedSQL("""
 WITH gone AS (
     DELETE FROM memories WHERE workspace_id = :workspace AND id = :id RETURNING store_id
@@ -537,9 +537,6 @@ WITH gone AS (
     DELETE FROM idempotency_keys WHERE workspace_id = :workspace AND :id = ANY(memory_ids)
 ), answers AS (
     DELETE FROM search_cache WHERE workspace_id = :workspace AND :id = ANY(memory_ids)
-), unlinked AS (
-    UPDATE memories SET superseded_by = NULL
-    WHERE workspace_id = :workspace AND superseded_by = :id
 )
 SELECT store_id FROM gone
 """)
