@@ -5,8 +5,10 @@ once, so no lock is held while the model runs). Vectors go back with one
 ``UPDATE … FROM unnest``, accepted only if the row's ``embedding_generation`` is still
 the claimed one — a text edited meanwhile is not overwritten with a stale vector. A
 worker that dies (even SIGKILL) loses nothing: its lease expires and the rows are
-claimed again. A text that fails to encode is retried with backoff, then marked
-``failed`` with its error after ``max_attempts``.
+claimed again, and an interrupted batch is no attempt: only a text that fails to encode
+counts one, is retried with backoff, and is marked ``failed`` with its error after
+``max_attempts``. Rows queued again by ``mneme reembed`` (``embedding_background``) wait
+behind every new write.
 
 Workers wake on ``LISTEN mneme_embed`` (writers ``NOTIFY`` on commit) and poll as a
 fallback, so a lost notification only costs ``poll_s``; woken, they wait ``linger_s`` (10 ms)
@@ -49,7 +51,9 @@ LAZY_COMMIT = "(SELECT set_config('synchronous_commit', 'off', true)) lazy_commi
 # of the backlog); of them, the :claim_size that have waited longest are served, each
 # from its own part of the same index, at most 4 x :claim_size read each. The rows
 # offered are locked and checked again as they are claimed: a row another worker is
-# claiming at this moment is skipped, one it has claimed (leased) is not offered.
+# claiming at this moment is skipped, one it has claimed (leased) is not offered. Rows
+# re-queued in the background (REQUEUE) come after every new write, in each workspace
+# and across them.
 CLAIM = NamedSQL(f"""
 WITH RECURSIVE waiting AS (
     (SELECT workspace_id FROM memories WHERE embedding_status = 'pending'
@@ -62,46 +66,52 @@ WITH RECURSIVE waiting AS (
 ), heads AS (
     SELECT w.workspace_id FROM waiting w
     CROSS JOIN LATERAL (
-        SELECT m.updated_at, m.id FROM memories m
+        SELECT m.embedding_background, m.updated_at, m.id FROM memories m
         WHERE m.workspace_id = w.workspace_id AND m.embedding_status = 'pending'
           AND (m.embedding_lease_until IS NULL OR m.embedding_lease_until < now())
-        ORDER BY m.updated_at, m.id LIMIT 1
+        ORDER BY m.embedding_background, m.updated_at, m.id LIMIT 1
     ) oldest
-    ORDER BY oldest.updated_at, oldest.id
+    ORDER BY oldest.embedding_background, oldest.updated_at, oldest.id
     LIMIT :claim_size
 ), offered AS (
-    SELECT c.workspace_id, c.id, c.updated_at,
-           row_number() OVER (PARTITION BY c.workspace_id ORDER BY c.updated_at, c.id) AS round
+    SELECT c.workspace_id, c.id, c.updated_at, c.embedding_background,
+           row_number() OVER (PARTITION BY c.workspace_id
+                              ORDER BY c.embedding_background, c.updated_at, c.id) AS round
     FROM heads w
     CROSS JOIN LATERAL (
-        SELECT m.workspace_id, m.id, m.updated_at FROM memories m
+        SELECT m.workspace_id, m.id, m.updated_at, m.embedding_background FROM memories m
         WHERE m.workspace_id = w.workspace_id AND m.embedding_status = 'pending'
           AND (m.embedding_lease_until IS NULL OR m.embedding_lease_until < now())
-        ORDER BY m.updated_at, m.id LIMIT 4 * :claim_size
+        ORDER BY m.embedding_background, m.updated_at, m.id LIMIT 4 * :claim_size
     ) c
 ), claimed AS (
     -- Locked in the fair order, the limit counting only rows this claim got: a row
     -- another worker is claiming at this moment is passed over for the next one (each
     -- workspace offers four claims' worth, so workers claiming at once all get rows).
-    SELECT m.workspace_id, m.id, o.round FROM offered o
+    SELECT m.workspace_id, m.id, o.round, o.embedding_background FROM offered o
     JOIN memories m ON m.workspace_id = o.workspace_id AND m.id = o.id
     WHERE m.embedding_status = 'pending'
       AND (m.embedding_lease_until IS NULL OR m.embedding_lease_until < now())
-    ORDER BY o.round, o.updated_at, o.id
+    ORDER BY o.embedding_background, o.round, o.updated_at, o.id
     LIMIT :claim_size
     FOR UPDATE OF m SKIP LOCKED
 )
 UPDATE memories m
-SET embedding_lease_until = now() + make_interval(secs => :lease_s),
-    embedding_attempts = m.embedding_attempts + 1
+SET embedding_lease_until = now() + make_interval(secs => :lease_s)
 FROM claimed c, {LAZY_COMMIT}
 WHERE m.workspace_id = c.workspace_id AND m.id = c.id
 RETURNING m.workspace_id, m.id, m.text, m.speaker, m.embedding_generation,
-          m.embedding_attempts, m.updated_at, c.round
+          m.embedding_attempts, m.updated_at, c.round, c.embedding_background
 """)
 
 
 CLAIM_RETRIES = 2
+
+
+def _claim_order(row: asyncpg.Record) -> tuple[bool, int, object, str]:
+    """CLAIM's order: new writes first, then round by round, oldest first."""
+    return row["embedding_background"], row["round"], row["updated_at"], row["id"]
+
 
 STORE = NamedSQL(f"""
 UPDATE memories m
@@ -147,7 +157,7 @@ WHERE m.workspace_id = v.workspace_id AND m.id = v.id AND m.embedding_status = '
 
 RELEASE = NamedSQL("""
 UPDATE memories m
-SET embedding_lease_until = NULL, embedding_attempts = m.embedding_attempts - 1
+SET embedding_lease_until = NULL
 FROM unnest(:workspaces::text[], :ids::text[], :generations::int[])
      AS v(workspace_id, id, generation)
 WHERE m.workspace_id = v.workspace_id AND m.id = v.id
@@ -157,10 +167,11 @@ WHERE m.workspace_id = v.workspace_id AND m.id = v.id
 FAIL = NamedSQL("""
 UPDATE memories m
 SET embedding_error = v.error,
-    embedding_status = CASE WHEN m.embedding_attempts >= :max_attempts THEN 'failed'
+    embedding_attempts = m.embedding_attempts + 1,
+    embedding_status = CASE WHEN m.embedding_attempts + 1 >= :max_attempts THEN 'failed'
                             ELSE 'pending' END,
     -- Back off before the next try: 5 s, 10 s, 20 s, …
-    embedding_lease_until = now() + make_interval(secs => 5 * power(2, m.embedding_attempts - 1))
+    embedding_lease_until = now() + make_interval(secs => 5 * power(2, m.embedding_attempts))
 FROM unnest(:workspaces::text[], :ids::text[], :generations::int[], :errors::text[])
      AS v(workspace_id, id, generation, error)
 WHERE m.workspace_id = v.workspace_id AND m.id = v.id
@@ -330,7 +341,7 @@ class Worker:
         claimed: list[Claimed] = []
         extra: list[asyncpg.Record] = []
         chars = 0
-        for r in sorted(rows, key=lambda r: (r["round"], r["updated_at"], r["id"])):
+        for r in sorted(rows, key=_claim_order):
             if claimed and chars + len(r["text"]) > self.config.claim_chars:
                 extra.append(r)
                 continue
@@ -430,29 +441,20 @@ class Worker:
                 for row, error in failed:
                     log.warning(
                         "embedding failed",
-                        extra={"memory": row.id, "attempt": row.attempts, "error": error},
+                        extra={"memory": row.id, "attempt": row.attempts + 1, "error": error},
                     )
         return stored
 
     def _encode_claimed(
         self, claimed: Sequence[Claimed]
     ) -> tuple[list[Encoded], list[tuple[Claimed, str]], float]:
-        """Encode (in a thread); gives up on rows that keep killing their workers."""
-        # A row claimed more often than it may fail took its workers down with it (killed
-        # mid-batch each time): mark it failed instead of claiming it forever.
-        limit = self.config.max_attempts
-        exhausted = [
-            (r, f"gave up after {r.attempts - 1} interrupted attempts")
-            for r in claimed
-            if r.attempts > limit
-        ]
-        rows = [r for r in claimed if r.attempts <= limit]
+        """Encode (in a thread): (encoded, failed with their errors, seconds taken)."""
         started = time.perf_counter()
         try:
-            encoded, failed = self.encode(rows)
+            encoded, failed = self.encode(claimed)
         except Exception as exc:
-            encoded, failed = [], [(rows[0], f"{type(exc).__name__}: {exc}"[:1000])]
-        return encoded, [*failed, *exhausted], time.perf_counter() - started
+            encoded, failed = [], [(claimed[0], f"{type(exc).__name__}: {exc}"[:1000])]
+        return encoded, failed, time.perf_counter() - started
 
     async def _store_and_count(
         self, encoded: list[Encoded], failed: list[tuple[Claimed, str]], elapsed: float
@@ -490,6 +492,11 @@ class Worker:
                     storing = None
                 following = [] if stop is not None and stop.is_set() else await self.claim()
                 result = await encoding
+                if following and stop is not None and stop.is_set():
+                    # Stopped while this batch was encoded: the next one goes back now,
+                    # for another worker, not when its lease runs out.
+                    await self.release([(r.workspace_id, r.id, r.generation) for r in following])
+                    following = []
                 storing = asyncio.create_task(self._store_and_count(*result))
                 total += len(claimed)
                 claimed = following
@@ -674,7 +681,8 @@ WITH span AS (
 ), queued AS (
     UPDATE memories m
     SET embedding_status = 'pending', embedding_generation = m.embedding_generation + 1,
-        embedding_attempts = 0, embedding_error = NULL, embedding_lease_until = NULL
+        embedding_attempts = 0, embedding_error = NULL, embedding_lease_until = NULL,
+        embedding_background = true
     FROM span s
     WHERE m.workspace_id = s.workspace_id AND m.id = s.id AND m.embedding_status <> 'pending'
       AND (:everything OR m.embedding_model IS DISTINCT FROM :model

@@ -299,6 +299,11 @@ async def cmd_worker(settings: Settings, args: argparse.Namespace) -> None:
             worker.close()
 
 
+# How long `mneme reembed` waits before asking again while the rows left are leased by
+# another worker (`serve`'s) or back off after a failure.
+REEMBED_WAIT_S = 1.0
+
+
 async def cmd_reembed(settings: Settings, args: argparse.Namespace) -> None:
     from tqdm import tqdm
 
@@ -310,7 +315,12 @@ async def cmd_reembed(settings: Settings, args: argparse.Namespace) -> None:
         total, _ = await queue_state(pool)
         try:
             with tqdm(total=total, unit="mem", file=sys.stderr) as bar:
-                while await worker.run_once():
+                depth = total
+                while depth:
+                    # Nothing claimable while rows wait: `serve`'s worker holds them, or
+                    # they back off after a failure. Done once the queue is empty.
+                    if not await worker.run_once():
+                        await asyncio.sleep(REEMBED_WAIT_S)
                     depth, _ = await queue_state(pool)
                     bar.update(max(0, total - depth - bar.n))
         finally:

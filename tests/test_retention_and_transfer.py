@@ -13,6 +13,7 @@ from typing import Any
 import asyncpg
 
 from embeddings.worker import requeue
+from service.cli import REEMBED_WAIT_S
 from service.queries import memories as q
 from tests.helpers import ADMIN, Client
 
@@ -221,6 +222,31 @@ async def test_worker_once_and_reembed(
     assert models == {"embed me": "all-MiniLM-L6-v2", "me too": "all-MiniLM-L6-v2"}
     result = mneme(db_url, "reembed", "--all")
     assert b"queued 2 memories" in result.stderr
+    # A row another worker holds (`serve`'s, say) is waited for, not left behind: reembed
+    # ends once the queue is empty, not once it finds nothing to claim.
+    await conn.execute(
+        "UPDATE memories SET embedding_status = 'pending', embedding_model = 'old-model',"
+        " embedding_lease_until = now() + interval '1 hour' WHERE text = 'me too'"
+    )
+    generation = await conn.fetchval(
+        "SELECT embedding_generation FROM memories WHERE text = 'embed me'"
+    )
+    running = asyncio.create_task(asyncio.to_thread(mneme, db_url, "reembed", "--all"))
+    while await conn.fetchval(
+        "SELECT embedding_generation = $1 OR embedding_status = 'pending'"
+        " FROM memories WHERE text = 'embed me'",
+        generation,
+    ):  # reembed has queued and embedded the row free to claim
+        assert not running.done(), running.result().stderr
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(2 * REEMBED_WAIT_S)
+    assert not running.done()  # it waits for the leased row ...
+    await conn.execute("UPDATE memories SET embedding_lease_until = NULL")  # ... given up
+    result = await running
+    assert result.returncode == 0, result.stderr
+    assert b"queued 1 memories" in result.stderr
+    row = await conn.fetchrow("SELECT * FROM memories WHERE text = 'me too'")
+    assert (row["embedding_status"], row["embedding_model"]) == ("ready", "all-MiniLM-L6-v2")
     # In spans of the table (one statement each), every row visited once.
     await write(client, {"text": "a third"})
     await conn.execute("UPDATE memories SET embedding_model = 'old-model'")

@@ -19,7 +19,7 @@ import pytest
 from embeddings import Chunk, Vectors, document_text
 from embeddings.batcher import QueryEncoder
 from embeddings.model import SentenceTransformerEmbedder
-from embeddings.worker import QueueProbe, Worker, WorkerConfig, queue_state
+from embeddings.worker import QueueProbe, Worker, WorkerConfig, queue_state, requeue
 from service.ops import db
 from service.queries import keys, tenancy
 from service.settings import Settings
@@ -155,6 +155,64 @@ async def test_a_failing_text_is_retried_then_marked_failed(
     got = await pool.fetchval("SELECT id FROM memories WHERE text = 'POISON pill'")
     memory = await (await client.get(f"/api/v1/memories/{got}", headers=ADMIN)).json()
     assert memory["embeddingStatus"] == "failed"
+
+
+async def test_interrupted_batches_are_not_attempts(
+    client: Client, pool: asyncpg.Pool, embedder: SentenceTransformerEmbedder
+) -> None:
+    # Workers killed mid-batch (their leases run out) more often than a text may fail to
+    # encode: the text never failed, so it is embedded, not given up.
+    [m] = await write(client, [{"text": "a healthy text in a crashing backlog"}])
+    worker = Worker(pool, embedder, WorkerConfig(max_attempts=2))
+    for _ in range(4):
+        assert [r.id for r in await worker.claim()] == [m["id"]]
+        await pool.execute("UPDATE memories SET embedding_lease_until = now() - interval '1 s'")
+    assert await worker.drain() == 1
+    row = await pool.fetchrow("SELECT * FROM memories WHERE id = $1", m["id"])
+    assert (row["embedding_status"], row["embedding_attempts"]) == ("ready", 0)
+
+
+class Stopping(Recording):
+    """Sets ``stop`` as it encodes (a SIGTERM arriving mid-batch)."""
+
+    def __init__(self, inner: SentenceTransformerEmbedder, stop: asyncio.Event) -> None:
+        super().__init__(inner)
+        self.stop, self.loop = stop, asyncio.get_running_loop()
+
+    def encode_documents(self, texts: Sequence[str]) -> Vectors:
+        self.loop.call_soon_threadsafe(self.stop.set)
+        return super().encode_documents(texts)
+
+
+async def test_a_drain_stopped_mid_batch_gives_the_next_batch_back(
+    client: Client, pool: asyncpg.Pool, embedder: SentenceTransformerEmbedder
+) -> None:
+    await write(client, [{"text": f"turn {i} of a burst"} for i in range(4)])
+    stop = asyncio.Event()
+    worker = Worker(pool, Stopping(embedder, stop), WorkerConfig(claim_size=2))
+    assert await worker.drain(stop) == 2
+    rows = await pool.fetch(
+        "SELECT embedding_status, embedding_lease_until FROM memories ORDER BY embedding_status"
+    )
+    assert [r["embedding_status"] for r in rows] == ["pending", "pending", "ready", "ready"]
+    assert [r["embedding_lease_until"] for r in rows[:2]] == [None, None]  # free to claim
+
+
+async def test_new_writes_and_edits_go_ahead_of_a_reembedding(
+    client: Client, pool: asyncpg.Pool, embedder: SentenceTransformerEmbedder
+) -> None:
+    old = await write(client, [{"text": f"an old memory {i}"} for i in range(3)])
+    await Worker(pool, embedder).drain()
+    assert await requeue(pool, embedder.name, everything=True) == 3
+    [new] = await write(client, [{"text": "what the agent just learned"}])
+    edited = old[2]["id"]
+    resp = await client.patch(
+        f"/api/v1/memories/{edited}", json={"text": "an edited memory"}, headers=ADMIN
+    )
+    assert resp.status == 200, await resp.text()
+    worker = Worker(pool, embedder, WorkerConfig(claim_size=1))
+    order = [(await worker.claim())[0].id for _ in range(4)]
+    assert order == [new["id"], edited, old[0]["id"], old[1]["id"]]
 
 
 async def test_an_old_texts_failure_or_lease_never_lands_on_the_edited_text(

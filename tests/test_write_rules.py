@@ -206,7 +206,8 @@ async def test_the_change_trigger_watches_every_column_but_the_workers(
     unwatched = {
         "workspace_id", "id", "created_at", "updated_at", "search_tsv",
         "embedding", "embedding_model", "embedding_generation", "embedding_attempts",
-        "embedding_error", "embedding_lease_until", "chunked", "written_after",
+        "embedding_error", "embedding_lease_until", "embedding_background", "chunked",
+        "written_after",
     }  # fmt: skip
     columns = {
         r["column_name"]

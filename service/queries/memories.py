@@ -447,6 +447,7 @@ def update_statement(columns: tuple[str, ...]) -> NamedSQL:
             "embedding_attempts = 0",
             "embedding_error = NULL",
             "embedding_lease_until = NULL",
+            "embedding_background = false",  # an edit goes ahead of a re-embedding
         ]
     return NamedSQL(
         f"UPDATE memories AS m SET {', '.join(sets)} "
