@@ -88,6 +88,12 @@ async def seed_data(base: str) -> dict[str, list[str]]:
         await post("/api/v1/members", {"id": "m1", "kind": "human"})
         await post("/api/v1/rooms", {"id": "r1", "members": ["m1"]})
         await post(f"/api/v1/stores/{store['id']}/speakers", {"name": "Caroline"})
+        # A public address nothing answers at here: its deliveries wait, retried.
+        hook = await post("/api/v1/webhooks", {"url": "http://93.184.216.34/fuzz",
+                                               "events": ["memory.created"]})  # fmt: skip
+        await post("/api/v1/memories", {"text": "Told to the webhook."})
+        async with http.get(f"/api/v1/webhooks/{hook['id']}/deliveries") as resp:
+            events = [d["event"] for d in (await resp.json())["data"]]
         throwaway = await post("/api/v1/keys", {"kind": "service", "scopes": ["memory:read"]})
         async with http.get("/api/v1/keys") as resp:
             harness = next(
@@ -99,6 +105,8 @@ async def seed_data(base: str) -> dict[str, list[str]]:
     ids["name"] = ["Caroline"]
     ids["room_id"] = ["r1"]
     ids["key_id"] = [throwaway["id"]]
+    ids["webhook_id"] = [hook["id"]]
+    ids["event_id"] = events
     ids["_harness_key_id"] = [harness]
     return ids
 

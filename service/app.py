@@ -2,7 +2,8 @@
 
 ``create_app`` does no I/O. What lives as long as the app is an async generator in
 ``app.cleanup_ctx``, in dependency order — database (here) → model → write-behind flush →
-MCP → worker (``service.ops.embedding``) → janitor (``service.ops.jobs``) — so it starts
+MCP → worker (``service.ops.embedding``) → janitor (``service.ops.jobs``) → webhook
+dispatcher (``service.webhooks.dispatcher``) — so it starts
 when the app starts and stops in reverse order on shutdown (the worker finishes its
 current batch first).
 """
@@ -53,6 +54,7 @@ from service.ops.toucher import Toucher
 from service.retrieval.snapshots import Snapshots
 from service.routes import ROUTES
 from service.settings import Settings
+from service.webhooks import dispatcher
 
 log = logging.getLogger("mneme.app")
 
@@ -93,6 +95,7 @@ def create_app(
     if settings.worker:
         app.cleanup_ctx.append(embedding_worker)
     app.cleanup_ctx.append(jobs.janitor)
+    app.cleanup_ctx.append(dispatcher.lifetime)
     return app
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import importlib.metadata
 import logging
 import os
@@ -33,9 +34,10 @@ from service.ids import is_name
 from service.ops import db, logs, migrations
 from service.ops.bootstrap import print_first_key
 from service.ops.embedding import load_embedder, worker_config, worker_listen
+from service.problems import Problem
 from service.queries import keys, memories, oauth, tenancy
 from service.settings import TIERS, Settings, SettingsError
-from service.write import transfer
+from service.write import erasure, transfer
 
 log = logging.getLogger("mneme.worker")
 
@@ -428,6 +430,20 @@ def build_parser() -> argparse.ArgumentParser:
 Subparsers = argparse._SubParsersAction  # argparse's own name for what add_subparsers makes
 
 
+async def cmd_erase(settings: Settings, args: argparse.Namespace) -> None:
+    """Erase everything about one person (``POST /api/v1/erasures``); prints the counts."""
+    import json
+
+    target = erasure.Target(member=args.member, speaker=args.speaker, store=args.store)
+    async with db.connect(settings) as pool:
+        ws = await _workspace(pool, args.workspace)
+        try:
+            erased = await erasure.erase(pool, ws.id, target)
+        except Problem as exc:
+            raise CliError(exc.message) from None
+    print(json.dumps(dataclasses.asdict(erased)))
+
+
 def _with_workspace(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--workspace", default="default", help="workspace name (default: default)")
     return parser
@@ -459,6 +475,13 @@ def _add_data_commands(sub: Subparsers[argparse.ArgumentParser]) -> None:
     p.add_argument("--output", "-o", help="file to write (default: stdout)")
     p.add_argument("--include-deleted", action="store_true", help="include deleted tombstones")
 
+    p = _with_workspace(sub.add_parser("erase", help="erase everything about one person"))
+    who = p.add_mutually_exclusive_group(required=True)
+    who.add_argument(
+        "--member", help="a member: what names them, their pair scopes, their keys' writes"
+    )
+    who.add_argument("--speaker", help="a speaker's name (with --store)")
+    p.add_argument("--store", help="the speaker's store (id or name)")
     p = sub.add_parser("migrate", help="apply pending database migrations")
     p.add_argument("--status", action="store_true", help="list migrations and their state")
 
@@ -526,6 +549,7 @@ ASYNC_COMMANDS: dict[str, Callable[[Settings, argparse.Namespace], Coroutine[Any
     "reembed": cmd_reembed,
     "import": cmd_import,
     "export": cmd_export,
+    "erase": cmd_erase,
     "workspaces": cmd_workspaces,
     "keys": cmd_keys,
     "oauth": cmd_oauth,

@@ -12,6 +12,7 @@ from service.faces import (
     admin,
     browse,
     consent,
+    erasures,
     mcp,
     memories,
     meta,
@@ -19,6 +20,7 @@ from service.faces import (
     search,
     speakers,
     stores,
+    webhooks,
 )
 from service.http.public import PROTECTED_RESOURCE_PATH
 from service.http.route import ADMIN, READ, WRITE, Route
@@ -107,4 +109,18 @@ ROUTES: list[Route] = [
     Route("POST", "/api/v1/keys", admin.create_key, ADMIN),
     Route("GET", "/api/v1/keys", admin.list_keys, ADMIN),
     Route("DELETE", "/api/v1/keys/{key_id}", admin.revoke_key, ADMIN),
+    # Erasure of a person (service.write.erasure)
+    Route("POST", "/api/v1/erasures", erasures.create_erasure, ADMIN),
+    # Webhooks (service.faces.webhooks; sent by service.webhooks.dispatcher)
+    Route("POST", "/api/v1/webhooks", webhooks.create_webhook, ADMIN),
+    Route("GET", "/api/v1/webhooks", webhooks.list_webhooks, ADMIN),
+    Route("GET", "/api/v1/webhooks/{webhook_id}", webhooks.get_webhook, ADMIN),
+    Route("DELETE", "/api/v1/webhooks/{webhook_id}", webhooks.delete_webhook, ADMIN),
+    Route("GET", "/api/v1/webhooks/{webhook_id}/deliveries", webhooks.list_deliveries, ADMIN),
+    Route(
+        "POST",
+        "/api/v1/webhooks/{webhook_id}/deliveries/{event_id}/retry",
+        webhooks.retry_delivery,
+        ADMIN,
+    ),
 ]

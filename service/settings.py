@@ -165,6 +165,7 @@ VARIABLES: tuple[tuple[str, str, Parse], ...] = (
     ("MNEME_SEARCH_SNAPSHOT_MB", "snapshot_bytes", _integer(0, 1_048_576, scale=1024 * 1024)),
     ("MNEME_TRANSITORY_IDLE_HOURS", "transitory_idle_s", _integer(1, 87600, 3600.0, float)),
     ("MNEME_WORKER", "worker", _parse_bool),
+    ("MNEME_WEBHOOK_ALLOW_PRIVATE", "webhook_allow_private", _parse_bool),
     ("MNEME_RATE_LIMITS", "rate_limits", lambda name, raw: parse_rate_limits(raw)),
     ("MNEME_POOL_MIN", "pool_min", _integer(1, 1000)),
     ("MNEME_POOL_MAX", "pool_max", _integer(1, 1000)),
@@ -197,6 +198,8 @@ class Settings:
     bootstrap_key: str | None = None
     embedding_model: str | None = None
     worker: bool = True
+    # Webhooks may reach loopback, private and link-local addresses (service.webhooks.outbound).
+    webhook_allow_private: bool = False
     rate_limits: Mapping[str, int] = field(default_factory=lambda: dict(DEFAULT_RATE_LIMITS))
     pool_min: int = 2
     pool_max: int = 10

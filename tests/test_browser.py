@@ -16,6 +16,7 @@ from playwright.async_api import Browser, Page, Route, async_playwright, expect
 
 from embeddings.model import SentenceTransformerEmbedder
 from service.app import create_app
+from service.app_keys import POOL
 from service.settings import Settings
 from tests.helpers import ADMIN, BOOTSTRAP_KEY, Client, auth, make_key, make_member
 from tests.oauth_flow import REDIRECT, Answer, HandClient, pkce
@@ -273,6 +274,9 @@ async def test_the_overview_plots_from_local_files_what_the_key_may_read(
     assert resp.status == 201, await resp.text()
     await make_member(client, "alice")
     alice = await make_key(client, kind="personal", member="alice", scopes=["memory:read"])
+    # A webhook to a public address nothing answers at here: its deliveries wait.
+    hook = {"url": "http://93.184.216.34/hook", "events": ["memory.created"]}
+    assert (await client.post("/api/v1/webhooks", json=hook, headers=ADMIN)).status == 201
     await write(client, *({"text": f"default fact {i}"} for i in range(3)))
     await write(
         client, {"text": "ops fact 1", "store": "ops"}, {"text": "ops fact 2", "store": "ops"}
@@ -282,6 +286,11 @@ async def test_the_overview_plots_from_local_files_what_the_key_may_read(
         resp = await client.post("/api/v1/memory/search", headers=ADMIN,
                                  json={"user_id": "default", "query": query})  # fmt: skip
         assert resp.status == 200, await resp.text()
+
+    await client.app[POOL].execute(
+        "UPDATE webhook_deliveries SET state = 'failed', finished_at = now()"
+        " WHERE event_id = (SELECT min(event_id) FROM webhook_deliveries)"
+    )
 
     async def overview(key: str) -> tuple[Page, list[str]]:
         page = await browser.new_page()
@@ -299,6 +308,12 @@ async def test_the_overview_plots_from_local_files_what_the_key_may_read(
     await expect(page.locator("#queue-summary")).to_contain_text("waiting now")
     for chart in ("#chart-written", "#chart-units", "#chart-queue"):
         await expect(page.locator(f"{chart} canvas")).to_have_count(1)
+    await expect(page.locator("#webhooks-summary")).to_have_text(
+        "1 webhook: 5 deliveries waiting, 1 failed in the last 24 h"
+    )
+    await expect(page.locator("#webhooks-list li")).to_have_text(
+        ["http://93.184.216.34/hook (memory.created)"]
+    )
     assert requested and all(url.startswith(base + "/") for url in requested), requested
     assert any(url.endswith("/static/uPlot.iife.min.js") for url in requested)
 
@@ -307,6 +322,7 @@ async def test_the_overview_plots_from_local_files_what_the_key_may_read(
     await expect(page.locator("#written-summary")).to_have_text(
         "5 memories written: default 3, ops 2"
     )
+    await expect(page.locator("#webhooks-figure")).to_be_hidden()  # not an admin key
 
 
 async def test_a_person_approves_an_app_and_disconnects_it_from_the_page(

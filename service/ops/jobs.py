@@ -15,7 +15,16 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 
 from service.app_keys import DATABASE_URL, METER, OUTAGE, POOL, SETTINGS, TOUCHER
-from service.queries import cache, idempotency, leases, memories, ratelimit, search_stats, stores
+from service.queries import (
+    cache,
+    idempotency,
+    leases,
+    memories,
+    ratelimit,
+    search_stats,
+    stores,
+    webhooks,
+)
 from service.retrieval import store_indexes
 
 log = logging.getLogger("mneme.app")
@@ -102,6 +111,7 @@ async def janitor_pass(app: web.Application, holder: str, *, retention: bool) ->
         await cache.prune(conn)
         await search_stats.compact_stats(conn)
         await stores.prune_versions(conn)
+        await webhooks.prune(conn)
     while retention:
         async with pool.acquire() as conn, conn.transaction():
             archived = await memories.archive_due(conn, settings.transitory_idle_s)

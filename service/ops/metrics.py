@@ -86,6 +86,26 @@ class Metrics:
         )
         self.pool = PoolCollector()
         self.registry.register(self.pool)
+        self._webhooks()
+
+    def _webhooks(self) -> None:
+        self.webhook_deliveries = Counter(
+            "mneme_webhook_deliveries",
+            "Webhook delivery attempts by this process's dispatcher, by outcome: delivered, "
+            "retried (to be tried again), failed (given up), skipped (not the key's to read)",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.webhook_backlog = Gauge(
+            "mneme_webhook_backlog",
+            "Webhook deliveries waiting to be sent (counted up to 10000)",
+            registry=self.registry,
+        )
+        self.webhook_failed = Gauge(
+            "mneme_webhook_failed_last_day",
+            "Webhook deliveries given up in the last 24 hours",
+            registry=self.registry,
+        )
 
     def observe_batch(self, embedded: int, seconds: float) -> None:
         self.embedded.inc(embedded)

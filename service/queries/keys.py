@@ -162,6 +162,10 @@ def _principal(row: asyncpg.Record, presented: bytes) -> Principal | None:
     # keeps the final decision free of data-dependent timing.
     if not hmac.compare_digest(bytes(row["secret_sha256"]), presented):
         return None
+    return _as_principal(row)
+
+
+def _as_principal(row: asyncpg.Record) -> Principal:
     return Principal(
         key_id=row["id"],
         workspace_id=row["workspace_id"],
@@ -172,6 +176,22 @@ def _principal(row: asyncpg.Record, presented: bytes) -> Principal | None:
         rooms=list(row["rooms"]),
         grant_store=row["grant_store"],
     )
+
+
+KEY_PRINCIPAL = NamedSQL(f"""
+SELECT k.id, k.workspace_id, w.tier, k.kind, k.member_id, k.scopes,
+       NULL::text AS grant_store, {_ROOMS}
+FROM api_keys k
+JOIN workspaces w ON w.id = k.workspace_id
+WHERE k.workspace_id = :workspace AND k.id = :id AND k.revoked_at IS NULL
+""")
+
+
+async def principal_of_key(conn: Conn, workspace_id: str, key_id: str) -> Principal | None:
+    """The principal a key acts as, as of now (its rooms too), for work done on its
+    behalf without it presented (a webhook's deliveries); ``None`` once it is revoked."""
+    row = await KEY_PRINCIPAL.fetchrow(conn, workspace=workspace_id, id=key_id)
+    return None if row is None else _as_principal(row)
 
 
 async def authenticate(conn: Conn, secret: str) -> Principal | None:

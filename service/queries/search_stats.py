@@ -45,6 +45,11 @@ async def compact_stats(conn: asyncpg.Connection, stores: int = 100) -> int:
     fresh = await FRESH_STORES.fetch(conn, stores=stores)
     for workspace_id, store_id in fresh:
         async with conn.transaction():
-            await COMPACT_TERMS.execute(conn, workspace=workspace_id, store=store_id)
-            await COMPACT_STORE_STATS.execute(conn, workspace=workspace_id, store=store_id)
+            await compact_store(conn, workspace_id, store_id)
     return len(fresh)
+
+
+async def compact_store(conn: asyncpg.Connection, workspace_id: str, store_id: str) -> None:
+    """Fold one store's deltas: a lexeme no memory holds any more is gone from them."""
+    await COMPACT_TERMS.execute(conn, workspace=workspace_id, store=store_id)
+    await COMPACT_STORE_STATS.execute(conn, workspace=workspace_id, store=store_id)

@@ -498,8 +498,29 @@ async function overview() {
     if (err.status === 401) return signOut(err.message);
     $("overview-error").textContent = err.message;
   }
+  await showWebhooks();
   await sampleQueue();
   if (!queueTimer) queueTimer = setInterval(sampleQueue, 5000);
+}
+
+// The workspace's webhooks, their backlog and failures: only an admin key may see them.
+async function showWebhooks() {
+  const figure = $("webhooks-figure");
+  try {
+    const body = await api("GET", "/api/v1/webhooks");
+    const { pending, failedLastDay } = body.meta;
+    const n = body.data.length;
+    $("webhooks-summary").textContent = `${n} webhook${n === 1 ? "" : "s"}: `
+      + `${pending >= 10000 ? "10000+" : pending} deliveries waiting, `
+      + `${failedLastDay} failed in the last 24 h`;
+    $("webhooks-summary").className = failedLastDay ? "error" : "";
+    $("webhooks-list").replaceChildren(...body.data.map((w) =>
+      el("li", `${w.url} (${w.events.join(", ")}${w.store ? `; store ${w.store}` : ""})`)));
+    figure.hidden = false;
+  } catch (err) {
+    if (err.status === 401) return signOut(err.message);
+    figure.hidden = true; // 403: not an admin key
+  }
 }
 
 async function sampleQueue() {
