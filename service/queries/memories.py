@@ -283,6 +283,19 @@ async def get_readable(
     return None if row is None else _memory(row)
 
 
+SELECT_READABLE_MANY = NamedSQL(f"""
+SELECT {MEMORY_COLUMNS} FROM memories m
+WHERE m.workspace_id = :workspace AND m.id = ANY (:ids::text[])
+  AND mneme_readable(m.scope, :is_service, :member, :rooms)
+""")
+
+
+async def get_readable_many(conn: Conn, principal: Principal, ids: list[str]) -> dict[str, Memory]:
+    """Those of ``ids`` the caller may read, by id (what ``get_readable`` finds, at once)."""
+    rows = await SELECT_READABLE_MANY.fetch(conn, ids=ids, **readable_by(principal))
+    return {m.id: m for m in map(_memory, rows)}
+
+
 SELECT_MEDIA = NamedSQL("""
 SELECT m.media, m.media_type FROM memories m
 WHERE m.workspace_id = :workspace AND m.id = :id

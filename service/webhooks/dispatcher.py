@@ -32,6 +32,7 @@ from service.app_keys import METRICS, OUTAGE, POOL, SETTINGS
 from service.faces.render import memory_object
 from service.queries import keys, leases, memories, webhooks
 from service.queries.keys import Principal
+from service.queries.memories import Memory
 from service.queries.named import NamedSQL
 from service.queries.webhooks import Due, Outcome
 from service.times import iso
@@ -43,8 +44,8 @@ log = logging.getLogger("mneme.webhooks")
 LEASE = "webhooks"
 LEASE_S = 15.0
 RENEW_S = 5.0
-POLL_S = 0.5
-BATCH = 32
+POLL_S = 0.25
+BATCH = 64
 IN_FLIGHT_S = outbound.TIMEOUT_S + 5
 BACKOFF_BASE_S = 10.0
 BACKOFF_MAX_S = 3600.0
@@ -52,7 +53,11 @@ USER_AGENT = "Mneme-Webhooks/1"
 
 _encoder = msgspec.json.Encoder()
 
-SCOPE_READABLE = NamedSQL("SELECT mneme_readable(:scope, :is_service, :member, :rooms)")
+# Which of a list of scopes a reader may read (a memory.deleted's memory is gone).
+SCOPES_READABLE = NamedSQL("""
+SELECT array_agg(s) FILTER (WHERE mneme_readable(s, :is_service, :member, :rooms))
+FROM unnest(:scopes::text[]) s
+""")
 
 
 def backoff_s(attempts: int) -> float:
@@ -63,27 +68,36 @@ def backoff_s(attempts: int) -> float:
     return ceiling * (0.5 + random.random() / 2)  # noqa: S311 - jitter, not a secret
 
 
-async def payload(conn: asyncpg.Connection, due: Due, principal: Principal) -> bytes | None:
+def payload(due: Due, memory: Memory | None, readable_scope: bool) -> bytes | None:
     """The body sent for ``due``: its memory as ``GET /api/v1/memories/{id}`` shows it to
-    the webhook's key now (a memory.deleted: its id), or ``None`` if the key may not
-    read it (or it is gone since)."""
+    the webhook's key now (``memory``: ``None`` if that key may not read it, or it is
+    gone since; a memory.deleted: its id, if the key could read its scope), or ``None``:
+    nothing to send."""
     data: dict[str, Any]
     if due.type == "memory.deleted":
-        readable = await SCOPE_READABLE.fetchval(
-            conn, scope=due.scope, is_service=principal.is_service, member=principal.member,
-            rooms=principal.rooms,
-        )  # fmt: skip
-        if not readable:
+        if not readable_scope:
             return None
         data = {"id": due.memory_id, "updatedAt": iso(due.created_at)}
+    elif memory is None:
+        return None
     else:
-        memory = await memories.get_readable(conn, principal, due.memory_id)
-        if memory is None:
-            return None
         data = {**memory_object(memory), "updatedAt": iso(memory.updated_at)}
     event = {"id": due.event_id, "type": due.type, "createdAt": iso(due.created_at),
              "data": {"memory": data}}  # fmt: skip
     return _encoder.encode(event)
+
+
+async def render(
+    conn: asyncpg.Connection, principal: Principal, dues: list[Due]
+) -> list[bytes | None]:
+    """The bodies of one key's claimed deliveries, in two queries whatever their number."""
+    shown = await memories.get_readable_many(conn, principal, [d.memory_id for d in dues])
+    scopes = await SCOPES_READABLE.fetchval(
+        conn, scopes=[d.scope for d in dues if d.type == "memory.deleted"],
+        is_service=principal.is_service, member=principal.member, rooms=principal.rooms,
+    )  # fmt: skip
+    readable = set(scopes or ())
+    return [payload(d, shown.get(d.memory_id), d.scope in readable) for d in dues]
 
 
 def headers(due: Due, body: bytes) -> dict[str, str]:
@@ -123,21 +137,18 @@ class Dispatcher:
         claimed = await webhooks.claim(self.pool, BATCH, IN_FLIGHT_S)
         if not claimed:
             return 0
-        principals: dict[tuple[str, str], Principal | None] = {}
+        by_key: dict[tuple[str, str], list[Due]] = {}
+        for due in claimed:
+            by_key.setdefault((due.workspace_id, due.key_id), []).append(due)
+        attempts = []
         async with self.pool.acquire() as conn:
-            for due in claimed:
-                who = (due.workspace_id, due.key_id)
-                if who not in principals:
-                    principals[who] = await keys.principal_of_key(conn, *who)
-            bodies = [
-                None if (p := principals[(d.workspace_id, d.key_id)]) is None
-                else await payload(conn, d, p)
-                for d in claimed
-            ]  # fmt: skip
-        outcomes = await asyncio.gather(
-            *(self._attempt(d, b, principals[(d.workspace_id, d.key_id)] is None)
-              for d, b in zip(claimed, bodies, strict=True))
-        )  # fmt: skip
+            for who, dues in by_key.items():
+                principal = await keys.principal_of_key(conn, *who)
+                bodies = [None] * len(dues) if principal is None else await render(
+                    conn, principal, dues
+                )  # fmt: skip
+                attempts += [(d, b, principal is None) for d, b in zip(dues, bodies, strict=True)]
+        outcomes = await asyncio.gather(*(self._attempt(*a) for a in attempts))
         left = await webhooks.finish(self.pool, list(outcomes))
         for o in outcomes:
             state = left.get(o.due.key)

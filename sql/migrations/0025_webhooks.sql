@@ -80,26 +80,30 @@ $fn$;
 
 -- The events of changed memories, and a delivery of each for every webhook that asks for
 -- it (its events, its store). Called by the triggers below, in the writer's transaction.
+-- PL/pgSQL: its statement's plan is kept for the session (an SQL function's is made
+-- again at every call).
 CREATE FUNCTION mneme_webhook_outbox(
     workspaces text[], ids text[], stores text[], scopes text[], types text[]
-) RETURNS void LANGUAGE sql AS $fn$
-WITH changed AS (
-    SELECT * FROM unnest(workspaces, ids, stores, scopes, types)
-        AS c(workspace_id, id, store_id, scope, type)
-    WHERE EXISTS (
-        SELECT 1 FROM webhooks w
-        WHERE w.workspace_id = c.workspace_id AND c.type = ANY (w.events)
-          AND (w.store_id IS NULL OR w.store_id = c.store_id))
-), events AS (
-    INSERT INTO webhook_events (workspace_id, id, type, memory_id, store_id, scope)
-    SELECT workspace_id, mneme_event_id(), type, id, store_id, scope FROM changed
-    RETURNING workspace_id, id, type, store_id
-)
-INSERT INTO webhook_deliveries (workspace_id, webhook_id, event_id)
-SELECT e.workspace_id, w.id, e.id
-FROM events e
-JOIN webhooks w ON w.workspace_id = e.workspace_id AND e.type = ANY (w.events)
-               AND (w.store_id IS NULL OR w.store_id = e.store_id)
+) RETURNS void LANGUAGE plpgsql AS $fn$
+BEGIN
+    WITH changed AS (
+        SELECT * FROM unnest(workspaces, ids, stores, scopes, types)
+            AS c(workspace_id, id, store_id, scope, type)
+        WHERE EXISTS (
+            SELECT 1 FROM webhooks w
+            WHERE w.workspace_id = c.workspace_id AND c.type = ANY (w.events)
+              AND (w.store_id IS NULL OR w.store_id = c.store_id))
+    ), events AS (
+        INSERT INTO webhook_events (workspace_id, id, type, memory_id, store_id, scope)
+        SELECT workspace_id, mneme_event_id(), type, id, store_id, scope FROM changed
+        RETURNING workspace_id, id, type, store_id
+    )
+    INSERT INTO webhook_deliveries (workspace_id, webhook_id, event_id)
+    SELECT e.workspace_id, w.id, e.id
+    FROM events e
+    JOIN webhooks w ON w.workspace_id = e.workspace_id AND e.type = ANY (w.events)
+                   AND (w.store_id IS NULL OR w.store_id = e.store_id);
+END
 $fn$;
 
 -- Inserts (memory.created) and purges (memory.deleted), per statement (a bulk write, a
