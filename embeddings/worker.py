@@ -450,11 +450,26 @@ class Worker:
     ) -> tuple[list[Encoded], list[tuple[Claimed, str]], float]:
         """Encode (in a thread): (encoded, failed with their errors, seconds taken)."""
         started = time.perf_counter()
-        try:
-            encoded, failed = self.encode(claimed)
-        except Exception as exc:
-            encoded, failed = [], [(claimed[0], f"{type(exc).__name__}: {exc}"[:1000])]
+        encoded, failed = self._encode_or_blame(claimed)
         return encoded, failed, time.perf_counter() - started
+
+    def _encode_or_blame(
+        self, rows: Sequence[Claimed]
+    ) -> tuple[list[Encoded], list[tuple[Claimed, str]]]:
+        """``encode``, and if it fails outside its own per-row fallback (chunking, token
+        counting), one row at a time: the error is charged to the row that raised it."""
+        try:
+            return self.encode(rows)
+        except Exception as exc:
+            if len(rows) == 1:
+                return [], [(rows[0], f"{type(exc).__name__}: {exc}"[:1000])]
+        encoded: list[Encoded] = []
+        failed: list[tuple[Claimed, str]] = []
+        for row in rows:
+            ok, bad = self._encode_or_blame([row])
+            encoded += ok
+            failed += bad
+        return encoded, failed
 
     async def _store_and_count(
         self, encoded: list[Encoded], failed: list[tuple[Claimed, str]], elapsed: float
@@ -617,6 +632,16 @@ class Worker:
 
 def _log_error(exc: BaseException) -> None:
     log.error("worker batch failed; retrying after the poll interval", exc_info=exc)
+
+
+BACKGROUND_LEFT = NamedSQL("""
+SELECT count(*) FROM memories WHERE embedding_status = 'pending' AND embedding_background
+""")
+
+
+async def background_left(conn: asyncpg.Connection | asyncpg.Pool) -> int:
+    """Memories re-queued by ``requeue`` still waiting for a vector (new writes aside)."""
+    return int(await BACKGROUND_LEFT.fetchval(conn))
 
 
 async def queue_state(conn: asyncpg.Connection | asyncpg.Pool) -> tuple[int, float]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import dataclasses
 import importlib.metadata
 import logging
 import os
@@ -28,7 +27,7 @@ from typing import Any
 import asyncpg
 
 from embeddings import Embedder
-from embeddings.worker import Worker, queue_state, requeue
+from embeddings.worker import Worker, background_left, requeue
 from service.http.outage import Outage
 from service.ids import is_name
 from service.ops import db, logs, migrations
@@ -314,16 +313,17 @@ async def cmd_reembed(settings: Settings, args: argparse.Namespace) -> None:
         queued = await requeue(pool, embedder.name, everything=args.all)
         print(f"queued {queued} memories for {embedder.name}", file=sys.stderr)
         worker = Worker(pool, embedder, worker_config(settings))
-        total, _ = await queue_state(pool)
+        total = await background_left(pool)
         try:
             with tqdm(total=total, unit="mem", file=sys.stderr) as bar:
                 depth = total
                 while depth:
                     # Nothing claimable while rows wait: `serve`'s worker holds them, or
-                    # they back off after a failure. Done once the queue is empty.
+                    # they back off after a failure, or new writes go first. Done once
+                    # every re-queued row has its vector (new writes are not waited for).
                     if not await worker.run_once():
                         await asyncio.sleep(REEMBED_WAIT_S)
-                    depth, _ = await queue_state(pool)
+                    depth = await background_left(pool)
                     bar.update(max(0, total - depth - bar.n))
         finally:
             worker.close()
@@ -441,7 +441,7 @@ async def cmd_erase(settings: Settings, args: argparse.Namespace) -> None:
             erased = await erasure.erase(pool, ws.id, target)
         except Problem as exc:
             raise CliError(exc.message) from None
-    print(json.dumps(dataclasses.asdict(erased)))
+    print(json.dumps(erasure.erased_object(erased)))
 
 
 def _with_workspace(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

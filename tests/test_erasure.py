@@ -110,6 +110,19 @@ async def test_erasing_a_speaker_leaves_no_byte_of_their_text(
         " SELECT workspace_id, 'whk_00000000000000000000', id, 'http://93.184.216.34/',"
         " '{memory.deleted}', 'whsec_x' FROM api_keys LIMIT 1"
     )
+    # ... and a receiver that failed one of her deliveries echoed the memory back.
+    await conn.execute(
+        "INSERT INTO webhook_events (workspace_id, id, type, memory_id, store_id, scope)"
+        " SELECT workspace_id, 'evt_00000000000000000000', 'memory.created', id, store_id,"
+        " scope FROM memories WHERE text LIKE 'Caroline adopted%'"
+    )
+    await conn.execute(
+        "INSERT INTO webhook_deliveries (workspace_id, webhook_id, event_id, state, attempts,"
+        " last_status, last_error) SELECT workspace_id, 'whk_00000000000000000000',"
+        " 'evt_00000000000000000000', 'failed', 1, 500,"
+        ' \'HTTP 500: bad body {"text": "Caroline adopted a greyhound named Zephyrine."}\''
+        " FROM api_keys LIMIT 1"
+    )
 
     resp = await client.post(
         "/api/v1/erasures", json={"speaker": "caroline", "store": "default"}, headers=ADMIN
@@ -128,6 +141,7 @@ async def test_erasing_a_speaker_leaves_no_byte_of_their_text(
         assert await resp.json() == memory
     for i in ids["Caroline"]:
         assert (await client.get(f"/api/v1/memories/{i}", headers=ADMIN)).status == 404
+    assert await conn.fetchval("SELECT count(*) FROM search_cache") == 0
     told = await conn.fetch("SELECT memory_id FROM webhook_events WHERE type = 'memory.deleted'")
     assert sorted(r["memory_id"] for r in told) == sorted(ids["Caroline"])
     assert await conn.fetch("SELECT * FROM usage_daily ORDER BY day, endpoint") == usage

@@ -360,7 +360,7 @@ async def test_a_sigkill_during_a_burst_loses_no_webhook_event(
         async def all_delivered() -> bool:
             return set(written) <= receiver.memories
 
-        # The dead holder's lease (15 s) and its claims in flight (15 s) run out first.
+        # The dead holder's lease (30 s) and its claims in flight (15 s) run out first.
         await wait_for(all_delivered, 90, "every acknowledged write's event is delivered")
         assert receiver.bad == []
     finally:

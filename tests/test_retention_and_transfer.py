@@ -222,11 +222,13 @@ async def test_worker_once_and_reembed(
     assert models == {"embed me": "all-MiniLM-L6-v2", "me too": "all-MiniLM-L6-v2"}
     result = mneme(db_url, "reembed", "--all")
     assert b"queued 2 memories" in result.stderr
-    # A row another worker holds (`serve`'s, say) is waited for, not left behind: reembed
-    # ends once the queue is empty, not once it finds nothing to claim.
+    # A re-queued row another worker holds (`serve`'s, say) is waited for, not left
+    # behind: reembed ends once every re-queued row is embedded, not once it finds nothing
+    # to claim.
     await conn.execute(
         "UPDATE memories SET embedding_status = 'pending', embedding_model = 'old-model',"
-        " embedding_lease_until = now() + interval '1 hour' WHERE text = 'me too'"
+        " embedding_background = true, embedding_lease_until = now() + interval '1 hour'"
+        " WHERE text = 'me too'"
     )
     generation = await conn.fetchval(
         "SELECT embedding_generation FROM memories WHERE text = 'embed me'"

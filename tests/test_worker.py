@@ -172,6 +172,28 @@ async def test_interrupted_batches_are_not_attempts(
     assert (row["embedding_status"], row["embedding_attempts"]) == ("ready", 0)
 
 
+class BadCount(Recording):
+    """Fails to count the tokens of a text with ``poison`` in it (outside the model)."""
+
+    def count_tokens_many(self, texts: Sequence[str]) -> list[int]:
+        if any("BADCOUNT" in t for t in texts):
+            raise ValueError("cannot count")
+        return super().count_tokens_many(texts)
+
+
+async def test_a_failure_outside_the_model_is_charged_to_its_own_row(
+    client: Client, pool: asyncpg.Pool, embedder: SentenceTransformerEmbedder
+) -> None:
+    # Not to the batch's first row, and the others are still embedded.
+    await write(client, [{"text": "a fine first row"}, {"text": "BADCOUNT second row"}])
+    assert await Worker(pool, BadCount(embedder)).drain() == 2
+    rows = {r["text"]: r for r in await pool.fetch("SELECT * FROM memories")}
+    fine, bad = rows["a fine first row"], rows["BADCOUNT second row"]
+    assert (fine["embedding_status"], fine["embedding_attempts"]) == ("ready", 0)
+    assert (bad["embedding_status"], bad["embedding_attempts"]) == ("pending", 1)
+    assert "cannot count" in bad["embedding_error"]
+
+
 class Stopping(Recording):
     """Sets ``stop`` as it encodes (a SIGTERM arriving mid-batch)."""
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 from aiohttp import web
 
@@ -11,7 +9,6 @@ from service.app_keys import POOL
 from service.http.inputs import read_body
 from service.http.json import json_response
 from service.http.middleware import principal_of
-from service.queries.erasure import Erased
 from service.write import erasure
 
 
@@ -21,21 +18,9 @@ class ErasureIn(msgspec.Struct, forbid_unknown_fields=True):
     store: str | None = None
 
 
-def erased_object(e: Erased) -> dict[str, Any]:
-    return {
-        "memories": e.memories,
-        "versions": e.versions,
-        "chunks": e.chunks,
-        "images": e.images,
-        "cachedAnswers": e.cached_answers,
-        "replays": e.replays,
-        "speakers": e.speakers,
-    }
-
-
 async def create_erasure(request: web.Request) -> web.Response:
     """``{"member": id}`` or ``{"speaker": name, "store": id or name}`` → what was erased."""
     body = await read_body(request, ErasureIn)
     target = erasure.Target(member=body.member, speaker=body.speaker, store=body.store)
     erased = await erasure.erase(request.app[POOL], principal_of(request).workspace_id, target)
-    return json_response(erased_object(erased))
+    return json_response(erasure.erased_object(erased))

@@ -84,6 +84,11 @@ async def check_url(request: web.Request, url: str) -> str:
 async def create_webhook(request: web.Request) -> web.Response:
     body = await read_body(request, WebhookIn)
     principal = principal_of(request)
+    if "memory:read" not in principal.scopes:
+        raise Invalid(
+            "A webhook shows memories as its key reads them, and this key reads none: "
+            "make it with a key that has the 'memory:read' scope"
+        )
     events = check_events(body.events)
     url = await check_url(request, body.url)
     pool = request.app[POOL]

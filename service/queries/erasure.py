@@ -2,7 +2,8 @@
 
 A speaker of one store, or a member of the workspace. What goes: the memories (their
 versions, chunks and vectors, images and last-used stamps with them, by foreign key),
-the cached search answers and idempotency replays that hold any of them, the search
+every cached search answer of the workspace, the idempotency replays that hold any of
+them, what receivers answered to their webhook deliveries, the search
 statistics' terms they alone had (folded at once, not left as +1/-1 deltas), and the
 speaker's registration. Webhooks are told ``memory.deleted`` (the outbox trigger). Usage
 rows keep their counts: they hold no text.
@@ -67,8 +68,16 @@ WITH versions AS (
     SELECT count(*) AS n FROM memory_chunks
     WHERE workspace_id = :workspace AND memory_id = ANY (:ids::text[])
 ), answers AS (
-    DELETE FROM search_cache WHERE workspace_id = :workspace AND memory_ids && :ids::text[]
+    -- Every cached answer of the workspace: those that hold the memories, one a search
+    -- that read them may still be writing, and the person's own queries. A cache only.
+    DELETE FROM search_cache WHERE workspace_id = :workspace
     RETURNING 1
+), echoes AS (
+    -- A receiver's answer kept with a failed delivery may echo the memory it was sent.
+    UPDATE webhook_deliveries d SET last_error = 'erased'
+    FROM webhook_events e
+    WHERE e.workspace_id = :workspace AND e.memory_id = ANY (:ids::text[])
+      AND d.workspace_id = e.workspace_id AND d.event_id = e.id AND d.last_error IS NOT NULL
 ), replays AS (
     DELETE FROM idempotency_keys WHERE workspace_id = :workspace AND memory_ids && :ids::text[]
     RETURNING 1

@@ -18,10 +18,13 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import aiohttp
+import yarl
 from aiohttp.abc import ResolveResult
+from aiohttp.helpers import is_ip_address
 from aiohttp.resolver import ThreadedResolver
 
 TIMEOUT_S = 10.0
+RESOLVE_S = 5.0  # a name asked for when a webhook is made
 READ_LIMIT = 64 * 1024
 # Of the answer's body, this much is kept with a failed attempt (the delivery log).
 EXCERPT_CHARS = 200
@@ -31,10 +34,23 @@ class Refused(OSError):
     """An address a webhook may not reach."""
 
 
+# IPv6 prefixes that carry an IPv4 address in their last 32 bits (NAT64, IPv4-compatible):
+# what they reach is that IPv4 address, checked as such.
+IPV4_INSIDE = [ipaddress.ip_network(n) for n in ("64:ff9b::/96", "64:ff9b:1::/48", "::/96")]
+
+
 def public(address: str) -> bool:
+    """Whether a webhook may reach ``address``: a global unicast address, an IPv6 form
+    wrapping an IPv4 one (mapped, NAT64, compatible, 6to4, Teredo) judged by that one."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])  # an IPv6 zone is not the address
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.is_site_local:
+            return False
+        inner = ip.ipv4_mapped or ip.sixtofour or (ip.teredo[1] if ip.teredo else None)
+        if inner is None and any(ip in net for net in IPV4_INSIDE):
+            inner = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+        if inner is not None:
+            return public(str(inner))
     return ip.is_global and not ip.is_multicast
 
 
@@ -43,6 +59,12 @@ def _literal(host: str) -> str | None:
         return str(ipaddress.ip_address(host.strip("[]")))
     except ValueError:
         return None
+
+
+def _host(url: str) -> str:
+    """The host as aiohttp will connect to it (yarl's normal form: full-width digits, IDNA,
+    a trailing dot)."""
+    return yarl.URL(url).raw_host or ""
 
 
 def url_problem(url: str, *, allow_private: bool) -> str | None:
@@ -61,7 +83,15 @@ def url_problem(url: str, *, allow_private: bool) -> str | None:
         return "the URL may not carry credentials; the signature authenticates deliveries"
     if parts.fragment:
         return "the URL may not have a fragment"
-    address = _literal(parts.hostname)
+    try:
+        host = _host(url)
+    except (ValueError, UnicodeError) as exc:
+        return f"not a valid host name: {exc}"
+    address = _literal(host)
+    if address is None and is_ip_address(host):
+        # aiohttp would connect to this as an address without resolving it (127.1,
+        # 2130706433): only the plain forms are checked, so the others are refused.
+        return f"{host} is not an address in its usual form"
     if address is not None and not allow_private and not public(address):
         return f"{address} is not a public address"
     return None
@@ -70,15 +100,20 @@ def url_problem(url: str, *, allow_private: bool) -> str | None:
 async def resolve_problem(url: str, *, allow_private: bool) -> str | None:
     """Why ``url``'s host cannot be reached by a webhook now (no such name, or a name of a
     refused address); ``None`` if it can."""
-    host = urlsplit(url).hostname or ""
+    host = _host(url)
     if _literal(host) is not None:
         return None
     try:
-        await GuardedResolver(allow_private=allow_private).resolve(host, 0, socket.AF_UNSPEC)
+        resolving = GuardedResolver(allow_private=allow_private).resolve(host, 0, socket.AF_UNSPEC)
+        await asyncio.wait_for(resolving, RESOLVE_S)
     except Refused as exc:
         return str(exc)
+    except TimeoutError:
+        return f"cannot resolve {host!r} within {RESOLVE_S:g} s"
     except OSError as exc:
         return f"cannot resolve {host!r}: {exc.strerror or exc}"
+    except (ValueError, UnicodeError) as exc:  # a label IDNA refuses (empty, too long)
+        return f"not a valid host name: {exc}"
     return None
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 
@@ -49,3 +50,16 @@ async def erase(pool: asyncpg.Pool, workspace_id: str, target: Target) -> Erased
         if store is None:
             raise NotFound(f"Store {target.store!r} not found")
         return await erasure.erase_speaker(conn, workspace_id, store.id, target.speaker)
+
+
+def erased_object(e: Erased) -> dict[str, Any]:
+    """What was erased, as the API and `mneme erase` print it."""
+    return {
+        "memories": e.memories,
+        "versions": e.versions,
+        "chunks": e.chunks,
+        "images": e.images,
+        "cachedAnswers": e.cached_answers,
+        "replays": e.replays,
+        "speakers": e.speakers,
+    }
