@@ -220,6 +220,14 @@ async def test_erasure_needs_the_admin_scope(client: Client) -> None:
     key = auth(await make_key(client, kind="service", scopes=["memory:read", "memory:write"]))
     resp = await client.post("/api/v1/erasures", json={"member": "alice"}, headers=key)
     assert resp.status == 403
+    # A personal admin key reads only what its member may: an erasure (and its counts)
+    # would reach memories it cannot read.
+    await make_member(client, "alice")
+    personal = auth(
+        await make_key(client, kind="personal", member="alice", scopes=["admin", "memory:read"])
+    )
+    resp = await client.post("/api/v1/erasures", json={"member": "alice"}, headers=personal)
+    assert resp.status == 403 and "service key" in (await resp.json())["error"]["message"]
 
 
 def mneme(db_url: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -102,9 +102,15 @@ async def create_webhook(request: web.Request) -> web.Response:
         raise Conflict(f"A workspace has at most {MAX_PER_WORKSPACE} webhooks")
     secret = "whsec_" + secrets.token_urlsafe(32)
     made = await webhooks.create(
-        pool, principal.workspace_id, new_id("whk"), key_id=principal.key_id, url=url,
-        events=events, store_id=store_id, secret=secret,
-    )  # fmt: skip
+        pool,
+        principal.workspace_id,
+        new_id("whk"),
+        key_id=principal.key_id,
+        url=url,
+        events=events,
+        store_id=store_id,
+        secret=secret,
+    )
     return json_response({**webhook_object(made), "secret": secret}, status=201)
 
 

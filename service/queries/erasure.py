@@ -123,9 +123,12 @@ async def erase_speaker(
 
 
 async def _erase(
-    conn: asyncpg.Connection, workspace_id: str, ids: list[str], store_id: str | None,
+    conn: asyncpg.Connection,
+    workspace_id: str,
+    ids: list[str],
+    store_id: str | None,
     speaker_names: list[str],
-) -> Erased:  # fmt: skip
+) -> Erased:
     row = await ERASE.fetchrow(conn, workspace=workspace_id, ids=ids)
     assert row is not None
     for store in row["stores"]:
@@ -134,7 +137,11 @@ async def _erase(
         conn, workspace=workspace_id, store=store_id, names=speaker_names
     )
     return Erased(
-        memories=row["memories"], versions=row["versions"], chunks=row["chunks"],
-        images=row["images"], cached_answers=row["cached_answers"], replays=row["replays"],
+        memories=row["memories"],
+        versions=row["versions"],
+        chunks=row["chunks"],
+        images=row["images"],
+        cached_answers=row["cached_answers"],
+        replays=row["replays"],
         speakers=int(forgot.split()[-1]),
-    )  # fmt: skip
+    )

@@ -100,13 +100,26 @@ DELETE = NamedSQL("DELETE FROM webhooks WHERE workspace_id = :workspace AND id =
 
 
 async def create(
-    conn: Conn, workspace_id: str, webhook_id: str, *, key_id: str, url: str,
-    events: list[str], store_id: str | None, secret: str,
-) -> Webhook:  # fmt: skip
+    conn: Conn,
+    workspace_id: str,
+    webhook_id: str,
+    *,
+    key_id: str,
+    url: str,
+    events: list[str],
+    store_id: str | None,
+    secret: str,
+) -> Webhook:
     row = await INSERT.fetchrow(
-        conn, workspace=workspace_id, id=webhook_id, key=key_id, url=url, events=events,
-        store=store_id, secret=secret,
-    )  # fmt: skip
+        conn,
+        workspace=workspace_id,
+        id=webhook_id,
+        key=key_id,
+        url=url,
+        events=events,
+        store=store_id,
+        secret=secret,
+    )
     assert row is not None
     return _webhook(row)
 

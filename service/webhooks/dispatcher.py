@@ -82,8 +82,12 @@ def payload(due: Due, memory: Memory | None, readable_scope: bool) -> bytes | No
         return None
     else:
         data = {**memory_object(memory), "updatedAt": iso(memory.updated_at)}
-    event = {"id": due.event_id, "type": due.type, "createdAt": iso(due.created_at),
-             "data": {"memory": data}}  # fmt: skip
+    event = {
+        "id": due.event_id,
+        "type": due.type,
+        "createdAt": iso(due.created_at),
+        "data": {"memory": data},
+    }
     return _encoder.encode(event)
 
 
@@ -93,9 +97,12 @@ async def render(
     """The bodies of one key's claimed deliveries, in two queries whatever their number."""
     shown = await memories.get_readable_many(conn, principal, [d.memory_id for d in dues])
     scopes = await SCOPES_READABLE.fetchval(
-        conn, scopes=[d.scope for d in dues if d.type == "memory.deleted"],
-        is_service=principal.is_service, member=principal.member, rooms=principal.rooms,
-    )  # fmt: skip
+        conn,
+        scopes=[d.scope for d in dues if d.type == "memory.deleted"],
+        is_service=principal.is_service,
+        member=principal.member,
+        rooms=principal.rooms,
+    )
     readable = set(scopes or ())
     return [payload(d, shown.get(d.memory_id), d.scope in readable) for d in dues]
 
@@ -167,8 +174,13 @@ class Dispatcher:
         )
         if answer.error is None:
             return Outcome(due, "delivered", status=answer.status)
-        return Outcome(due, "retry", status=answer.status, error=answer.error,
-                       delay_s=backoff_s(due.attempts + 1))  # fmt: skip
+        return Outcome(
+            due,
+            "retry",
+            status=answer.status,
+            error=answer.error,
+            delay_s=backoff_s(due.attempts + 1),
+        )
 
     async def run(self, stop: asyncio.Event, on_error: Callable[[Exception], None]) -> None:
         """Until ``stop``: hold the lease (or wait for it) and send what is due."""

@@ -157,9 +157,13 @@ def session(*, allow_private: bool) -> aiohttp.ClientSession:
 
 
 async def post(
-    http: aiohttp.ClientSession, url: str, body: bytes, headers: dict[str, str],
-    *, allow_private: bool,
-) -> Answer:  # fmt: skip
+    http: aiohttp.ClientSession,
+    url: str,
+    body: bytes,
+    headers: dict[str, str],
+    *,
+    allow_private: bool,
+) -> Answer:
     """POST ``body``; what came back (never raises for the endpoint's faults)."""
     problem = url_problem(url, allow_private=allow_private)
     if problem is not None:

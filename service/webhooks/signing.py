@@ -22,9 +22,13 @@ def signature(secret: str, body: bytes, t: int) -> str:
 
 
 def verify(
-    secret: str, header: str, body: bytes, *, now: float | None = None,
+    secret: str,
+    header: str,
+    body: bytes,
+    *,
+    now: float | None = None,
     window_s: int = REPLAY_WINDOW_S,
-) -> bool:  # fmt: skip
+) -> bool:
     """Whether ``header`` signs ``body`` with ``secret`` within the replay window."""
     parts = dict(p.split("=", 1) for p in header.split(",") if "=" in p)
     try:
