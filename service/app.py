@@ -144,6 +144,8 @@ async def _open_pools(app: web.Application, url: str, stack: contextlib.AsyncExi
     app[POOL] = await pool_of(url)
     app[METRICS].pool.pool = app[POOL]
     app[PLANNED_ONCE_POOL] = await pool_of(url, planned_once=True, min_size=1)
+    app[OUTAGE].follow(app[POOL])
+    app[OUTAGE].follow(app[PLANNED_ONCE_POOL])
     app[READ_POOL], app[READ_PLANNED_ONCE_POOL] = app[POOL], app[PLANNED_ONCE_POOL]
     if (read_url := settings.read_database_url) is not None:
         app[READ_POOL] = await pool_of(read_url)

@@ -279,6 +279,7 @@ async def cmd_worker(settings: Settings, args: argparse.Namespace) -> None:
     async with db.connect(settings, pool_max=3, wait=True) as pool:
         embedder = await asyncio.to_thread(_embedder, settings)
         outage = Outage()
+        outage.follow(pool)
         worker = Worker(
             pool,
             embedder,

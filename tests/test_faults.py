@@ -104,7 +104,8 @@ class Service:
         env = {k: v for k, v in os.environ.items() if not k.startswith("MNEME_")}
         env.update(MNEME_DATABASE_URL=url, MNEME_PORT=str(self.port), MNEME_BOOTSTRAP_KEY=KEY,
                    MNEME_WORKER="on", MNEME_EMBED_POLL_SECONDS="1",
-                   MNEME_EMBED_LEASE_SECONDS="5", **extra_env)  # fmt: skip
+                   MNEME_EMBED_LEASE_SECONDS="5")  # fmt: skip
+        env.update(extra_env)
         with log.open("a") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "service.cli", "serve"],

@@ -6,10 +6,16 @@ that needs it fails the same way for a while. Each such failure is answered
 warning when the outage starts, one every ``REPORT_EVERY_S`` while it lasts (with how
 many failures it has caused), and one when a request succeeds again: not a traceback per
 request. The pool reconnects by itself, so the service recovers without a restart.
+
+After a failover (docs/scaling.md, high availability) a pooled connection may still be
+open to the old primary, now a standby: its writes fail read-only (25006). The first such
+failure expires every connection of the primary's pools (``follow``), so the next
+acquire reconnects through the URL's ``target_session_attrs=read-write`` to the new one.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -27,7 +33,8 @@ REPORT_EVERY_S = 30.0
 # primary failed over and this connection reached a standby).
 UNAVAILABLE_CLASSES = ("08", "53", "57")
 UNAVAILABLE_EXCEPT = ("57014",)
-UNAVAILABLE_STATES = ("25006",)
+READ_ONLY_STATE = "25006"
+UNAVAILABLE_STATES = (READ_ONLY_STATE,)
 _ASYNCPG = os.path.dirname(asyncpg.__file__) + os.sep
 
 
@@ -82,8 +89,20 @@ class Outage:
         self.since: float | None = None  # monotonic time of the first failure
         self.failures = 0
         self._reported_at = 0.0
+        self._primary_pools: list[asyncpg.Pool] = []
+        self._expiring: set[asyncio.Task[None]] = set()
+
+    def follow(self, pool: asyncpg.Pool) -> None:
+        """Drop ``pool``'s connections when one of them turns out to be on a standby."""
+        self._primary_pools.append(pool)
 
     def failed(self, exc: BaseException) -> None:
+        if isinstance(exc, asyncpg.PostgresError) and exc.sqlstate == READ_ONLY_STATE:
+            for pool in self._primary_pools:
+                # A coroutine that only bumps the pool's generation; done by the next tick.
+                task = asyncio.get_running_loop().create_task(pool.expire_connections())
+                self._expiring.add(task)
+                task.add_done_callback(self._expiring.discard)
         now = time.monotonic()
         self.failures += 1
         if self.since is None:
