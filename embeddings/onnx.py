@@ -6,7 +6,7 @@ took 2.8 ms instead of 9.5 ms, and documents in batches of 64 about 13 % less
 own exporter (about a second) into a cache directory, under a name that hashes the
 model's weights; the export is then checked against the torch model on probe texts
 and used only if every vector agrees (cosine >= ``AGREEMENT``). Tokenization stays
-the model's own tokenizer; mean pooling and normalization are done here in numpy.
+the model's own (fast) tokenizer; mean pooling and normalization are done here in numpy.
 
 Only the common pipeline is taken over: a Transformer, then mean pooling, then
 normalization (MiniLM and most of its family). Any other pipeline (CLS pooling, a
@@ -58,7 +58,8 @@ MAKING = ".making-"
 
 
 def supported(model: Any) -> bool:
-    """Whether ``model`` (a SentenceTransformer) is Transformer → mean Pooling → Normalize."""
+    """Whether ``model`` (a SentenceTransformer) is Transformer → mean Pooling → Normalize,
+    with a fast tokenizer (``OnnxTransformer`` tokenizes with its Rust half)."""
     names = [type(module).__name__ for module in model]
     if names[:2] != ["Transformer", "Pooling"] or names[2:] not in ([], ["Normalize"]):
         return False
@@ -67,7 +68,8 @@ def supported(model: Any) -> bool:
     mode = getattr(pooling, "pooling_mode", None)
     if mode is None:
         mode = getattr(pooling, "get_pooling_mode_str", lambda: None)()
-    return mode in ("mean", ["mean"], ("mean",))
+    fast = getattr(getattr(model, "tokenizer", None), "backend_tokenizer", None) is not None
+    return fast and mode in ("mean", ["mean"], ("mean",))
 
 
 def weights_digest(model_dir: Path) -> str:
@@ -159,9 +161,18 @@ def export(model: Any, target: Path) -> None:
 
 
 class OnnxTransformer:
-    """Encodes with an exported transformer; pools and normalizes like the model did."""
+    """Encodes with an exported transformer; pools and normalizes like the model did.
 
-    def __init__(self, path: Path, tokenizer: Any, max_tokens: int, threads: int) -> None:
+    ``tokenizer`` is the model's fast tokenizer as a ``tokenizers.Tokenizer`` (a Hugging
+    Face tokenizer's ``backend_tokenizer``, or the one ``embeddings.exported`` saved):
+    copied twice, so that nothing the caller does to it changes these, one truncating and
+    padding a batch as the model's tokenizer does (to ``max_tokens``, with ``pad_id``),
+    one for a single query in one call (the Hugging Face tokenizer's ``__call__`` costs
+    about 0.3 ms of Python per query on a small machine)."""
+
+    def __init__(
+        self, path: Path, tokenizer: Any, max_tokens: int, threads: int, pad_id: int = 0
+    ) -> None:
         import onnxruntime as ort
 
         options = ort.SessionOptions()
@@ -171,27 +182,29 @@ class OnnxTransformer:
         # takes the cores PostgreSQL and the event loop need right after each query.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        self.tokenizer = tokenizer
         self.max_tokens = max_tokens
         self.path = path
-        # The fast tokenizer's own (Rust) tokenizer, copied so that no call of the
-        # tokenizer above changes its settings: a text through it in one call, where the
-        # tokenizer's __call__ costs about 0.3 ms of Python per query on a small machine.
-        backend = getattr(tokenizer, "backend_tokenizer", None)
-        self._backend = None if backend is None else type(backend).from_str(backend.to_str())
-        if self._backend is not None:
-            self._backend.no_truncation()
-            self._backend.no_padding()
+        self._batch = type(tokenizer).from_str(tokenizer.to_str())
+        self._batch.enable_truncation(max_length=max_tokens)
+        pad_token = tokenizer.id_to_token(pad_id) or "[PAD]"
+        self._batch.enable_padding(pad_id=pad_id, pad_token=pad_token)
+        self._backend = type(tokenizer).from_str(tokenizer.to_str())
+        self._backend.no_truncation()
+        self._backend.no_padding()
 
     def encode(self, texts: Sequence[str]) -> Vectors:
-        batch = self.tokenizer(
-            list(texts), padding=True, truncation=True, max_length=self.max_tokens,
-            return_tensors="np",
-        )  # fmt: skip
-        feed = {name: batch[name].astype(np.int64) for name in INPUTS if name in batch}
-        if "token_type_ids" not in feed:
-            feed["token_type_ids"] = np.zeros_like(feed["input_ids"])
+        encoded = self._batch.encode_batch(list(texts))
+        feed = {
+            "input_ids": np.array([e.ids for e in encoded], dtype=np.int64),
+            "attention_mask": np.array([e.attention_mask for e in encoded], dtype=np.int64),
+            "token_type_ids": np.array([e.type_ids for e in encoded], dtype=np.int64),
+        }
         return self._pooled(feed)
+
+    def special_ids(self) -> tuple[int, int]:
+        """The ids the tokenizer puts before and after a text ([CLS] and [SEP] here)."""
+        ids = self._backend.post_process(self._backend.encode("", add_special_tokens=False)).ids
+        return ids[0], ids[-1]
 
     def _pooled(self, feed: dict[str, Any]) -> Vectors:
         """The model's output for ``feed``, mean-pooled over its tokens and normalized."""
@@ -205,9 +218,7 @@ class OnnxTransformer:
     def encode_counted(self, text: str) -> tuple[Vectors, int] | None:
         """One text's vector (1, dimension) and its token count without special tokens,
         from one tokenizer pass; ``None`` when it is too long to take whole (``encode``
-        truncates it) or the tokenizer is not a fast one."""
-        if self._backend is None:
-            return None
+        truncates it)."""
         bare = self._backend.encode(text, add_special_tokens=False)
         full = self._backend.post_process(bare)
         if len(full.ids) > self.max_tokens:
@@ -243,11 +254,10 @@ def load(
     threads: int,
     *,
     int8: bool = False,
-    tokenizer: Any = None,
 ) -> OnnxTransformer | None:
     """The model's ONNX twin from ``cache_dir`` (exported first if need be; ``int8``: with
     its weights quantized), or ``None`` when the pipeline is not one this module runs or
-    the twin disagrees with torch. ``tokenizer``: the twin's own (default: the model's)."""
+    the twin disagrees with torch."""
     if not supported(model):
         log.info("embedding pipeline not covered by the ONNX backend; using torch")
         return None
@@ -256,8 +266,13 @@ def load(
     if int8:
         fp32, target = target, target.with_name(f"{target.stem}-int8.onnx")
         ensure(target, lambda path: quantize(fp32, path), "quantizing the embedding model to int8")
+    tokenizer = model.tokenizer
     twin = OnnxTransformer(
-        target, tokenizer or model.tokenizer, model.max_seq_length or 256, threads
+        target,
+        tokenizer.backend_tokenizer,
+        model.max_seq_length or 256,
+        threads,
+        pad_id=tokenizer.pad_token_id or 0,
     )
     expected = model.encode(PROBES, normalize_embeddings=True, convert_to_numpy=True)
     agreement = float((twin.encode(PROBES) * expected).sum(axis=1).min())

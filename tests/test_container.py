@@ -27,7 +27,9 @@ from tests.helpers import repo_root
 
 pytestmark = [pytest.mark.container, pytest.mark.slow]
 
-IMAGE = "localhost/mneme:local"
+IMAGE = "localhost/mneme:local"  # the slim image (the Dockerfile's default target)
+FULL_IMAGE = "localhost/mneme:full"  # --target full: torch kept
+SLIM_LIMIT_MB = 700
 KEY = "container-test-key-0123456789"
 HARNESS = repo_root() / "tests" / "container"
 PREFIX = "mneme-test"
@@ -72,18 +74,37 @@ def network(image: str) -> Iterator[str]:
     podman("network", "create", "--internal", NETWORK)
     podman("volume", "create", VOLUME)
     podman(
-        "run", "--detach", "--name", CLIENT, "--network", NETWORK,
-        "--volume", f"{HARNESS}:/ci:ro", "--entrypoint", "sleep", image, "infinity",
-    )  # fmt: skip
+        "run",
+        "--detach",
+        "--name",
+        CLIENT,
+        "--network",
+        NETWORK,
+        "--volume",
+        f"{HARNESS}:/ci:ro",
+        "--entrypoint",
+        "sleep",
+        image,
+        "infinity",
+    )
     yield NETWORK
     _remove_all()
 
 
 def run_api(name: str) -> None:
     podman(
-        "run", "--detach", "--name", name, "--network", NETWORK,
-        "--volume", f"{VOLUME}:/data", "--env", f"MNEME_BOOTSTRAP_KEY={KEY}", IMAGE,
-    )  # fmt: skip
+        "run",
+        "--detach",
+        "--name",
+        name,
+        "--network",
+        NETWORK,
+        "--volume",
+        f"{VOLUME}:/data",
+        "--env",
+        f"MNEME_BOOTSTRAP_KEY={KEY}",
+        IMAGE,
+    )
 
 
 def call(method: str, url: str, body: Any = None) -> tuple[int, Any]:
@@ -123,9 +144,10 @@ def wait_embedded(base: str, ids: list[str], within_s: float = 120) -> None:
 
 def search(base: str, query: str, store: str = "default") -> list[str]:
     status, body = call(
-        "POST", f"{base}/api/v1/memory/search",
+        "POST",
+        f"{base}/api/v1/memory/search",
         {"user_id": store, "query": query, "max_results": 5},
-    )  # fmt: skip
+    )
     assert status == 200, body
     return [m["content"] for m in body["memories"]]
 
@@ -140,15 +162,66 @@ FACTS = [
 def test_the_image_is_lean_and_holds_its_model(image: str) -> None:
     size = int(podman("image", "inspect", "--format", "{{.Size}}", image).stdout)
     print(f"{image}: {size / 1e6:.0f} MB")
+    assert size / 1e6 <= SLIM_LIMIT_MB
     probe = (
         "command -v gcc cc c++ make || true; ls -A /root/.cache /home/mneme/.cache 2>/dev/null;"
+        " python -c 'import torch' 2>/dev/null && echo torch;"
+        " python -c 'import transformers' 2>/dev/null && echo transformers;"
         " id -u; ls /opt/mneme/onnx; test -w /opt/mneme/onnx && echo writable || true"
     )
     out = podman("run", "--rm", "--entrypoint", "sh", image, "-c", probe).stdout.split()
-    assert out[0] == "10001", out  # no compilers, no caches, then the user
-    onnx = out[1:]
-    [export] = [name for name in onnx if not name.endswith("-int8.onnx")]
-    assert sorted(onnx) == sorted([export, export.replace(".onnx", "-int8.onnx")]), onnx
+    assert out[0] == "10001", out  # no compilers, no caches, no torch, then the user
+    files = out[1:]
+    [export] = [n for n in files if n.endswith(".onnx") and not n.endswith("-int8.onnx")]
+    int8 = export.replace(".onnx", "-int8.onnx")
+    tokenizer = "all-MiniLM-L6-v2.tokenizer.json"
+    assert sorted(files) == sorted([export, int8, tokenizer, "export.json"]), files
+
+
+EMBED = (
+    "import json, sys; from service.ops.embedding import load_embedder;"
+    " from service.settings import Settings; e = load_embedder(Settings.from_env());"
+    " texts = json.loads(sys.argv[1]);"
+    " print(json.dumps([type(e).__name__, e.encode_documents(texts).tolist(),"
+    " e.encode_queries(texts).tolist()]))"
+)
+
+
+def embedded_by(image: str, texts: list[str]) -> tuple[str, Any, Any]:
+    out = podman(
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--entrypoint",
+        "python",
+        image,
+        "-c",
+        EMBED,
+        json.dumps(texts),
+        timeout=300,
+    ).stdout
+    kind, documents, queries = json.loads(out.strip().splitlines()[-1])
+    return kind, documents, queries
+
+
+def test_the_slim_image_embeds_as_the_full_one(image: str) -> None:
+    """The full image (torch kept) and the slim one give the same vectors for the same
+    texts: documents and queries, short and windowed."""
+    env = {**os.environ, "MNEME_IMAGE_TARGET": "full", "MNEME_IMAGE": FULL_IMAGE}
+    subprocess.run(
+        [str(repo_root() / "scripts" / "container-build")], check=True, timeout=1800, env=env
+    )
+    texts = [*FACTS, "Emoji and accents: café, naïve, 😀", "the deploy pipeline " * 60, "x"]
+    slim_kind, slim_docs, slim_queries = embedded_by(image, texts)
+    full_kind, full_docs, full_queries = embedded_by(FULL_IMAGE, texts)
+    assert (slim_kind, full_kind) == ("ExportedEmbedder", "SentenceTransformerEmbedder")
+    for slim, full in ((slim_docs, full_docs), (slim_queries, full_queries)):
+        cosines = [
+            sum(a * b for a, b in zip(s, f, strict=True)) for s, f in zip(slim, full, strict=True)
+        ]
+        print(f"slim against full: min cosine {min(cosines):.7f} over {len(texts)} texts")
+        assert min(cosines) >= 0.9999, cosines
 
 
 @pytest.fixture(scope="module")
@@ -164,9 +237,13 @@ def test_starts_offline_as_uid_10001_and_serves_search(api: str) -> None:
     assert health.returncode == 0, health.stdout + health.stderr
     # Nothing off the machine is reachable from where it runs.
     offline = podman(
-        "exec", API, "python", "-c",
-        "import socket; socket.create_connection(('1.1.1.1', 443), timeout=3)", check=False,
-    )  # fmt: skip
+        "exec",
+        API,
+        "python",
+        "-c",
+        "import socket; socket.create_connection(('1.1.1.1', 443), timeout=3)",
+        check=False,
+    )
     assert offline.returncode != 0 and "Error" in offline.stderr, offline.stderr
     # Every process, the embedded PostgreSQL's included, runs as 10001.
     users = podman(
@@ -203,9 +280,19 @@ def test_sigterm_finishes_the_request_in_flight_and_exits_0(api: str) -> None:
         time.sleep(0.2)
     body = json.dumps({"id": "slowpoke", "kind": "agent"})
     podman(
-        "exec", "--detach", "--env", f"KEY={KEY}", CLIENT, "python", "/ci/call.py",
-        "POST", f"{api}/api/v1/members", body, "--out", "/tmp/slowpoke.json",
-    )  # fmt: skip
+        "exec",
+        "--detach",
+        "--env",
+        f"KEY={KEY}",
+        CLIENT,
+        "python",
+        "/ci/call.py",
+        "POST",
+        f"{api}/api/v1/members",
+        body,
+        "--out",
+        "/tmp/slowpoke.json",
+    )
     time.sleep(1)  # the request waits for the lock
     started = time.monotonic()
     podman("stop", "--time", "30", API, timeout=60)
@@ -217,9 +304,16 @@ def test_sigterm_finishes_the_request_in_flight_and_exits_0(api: str) -> None:
     assert answer["status"] == 201 and answer["body"]["id"] == "slowpoke", answer
     # ... and the embedded PostgreSQL was shut down, not left to crash recovery.
     control = podman(
-        "run", "--rm", "--volume", f"{VOLUME}:/data", "--entrypoint", "sh", IMAGE, "-c",
+        "run",
+        "--rm",
+        "--volume",
+        f"{VOLUME}:/data",
+        "--entrypoint",
+        "sh",
+        IMAGE,
+        "-c",
         f"test ! -e /data/pg/postmaster.pid && {PG_BIN}/pg_controldata /data/pg",
-    ).stdout  # fmt: skip
+    ).stdout
     assert re.search(r"Database cluster state:\s+shut down\n", control), control
 
 
@@ -241,8 +335,11 @@ def compose(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str
     files = ["-f", str(repo_root() / "docker-compose.yml"), "-f", str(HARNESS / "compose.ci.yml")]
     done = subprocess.run(
         [str(Path(sys.executable).parent / "podman-compose"), "-p", PROJECT, *files, *args],
-        capture_output=True, text=True, timeout=timeout, env=env,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
     assert done.returncode == 0, f"podman-compose {' '.join(args)}: {done.stdout}{done.stderr}"
     return done
 

@@ -74,10 +74,20 @@ def test_a_pipeline_it_does_not_cover_stays_on_torch() -> None:
 
     class Dense: ...
 
-    assert onnx.supported([Transformer(), Pooling("mean"), Normalize()])
-    assert onnx.supported([Transformer(), Pooling("mean")])
-    assert not onnx.supported([Transformer(), Pooling("cls"), Normalize()])
-    assert not onnx.supported([Transformer(), Pooling("mean"), Dense(), Normalize()])
+    class Tokenizer:  # a fast one has a Rust half
+        def __init__(self, fast: bool) -> None:
+            self.backend_tokenizer = object() if fast else None
+
+    class Model(list[object]):
+        def __init__(self, *modules: object, fast: bool = True) -> None:
+            super().__init__(modules)
+            self.tokenizer = Tokenizer(fast)
+
+    assert onnx.supported(Model(Transformer(), Pooling("mean"), Normalize()))
+    assert onnx.supported(Model(Transformer(), Pooling("mean")))
+    assert not onnx.supported(Model(Transformer(), Pooling("mean"), fast=False))
+    assert not onnx.supported(Model(Transformer(), Pooling("cls"), Normalize()))
+    assert not onnx.supported(Model(Transformer(), Pooling("mean"), Dense(), Normalize()))
 
 
 def test_a_disagreeing_export_is_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

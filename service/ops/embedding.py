@@ -16,6 +16,7 @@ import asyncpg
 from aiohttp import web
 
 from embeddings import Embedder
+from embeddings.exported import ExportedEmbedder, NoExport
 from embeddings.model import SentenceTransformerEmbedder
 from embeddings.worker import Worker, WorkerConfig
 from service.app_keys import DATABASE_URL, EMBEDDER, METRICS, OUTAGE, POOL, SETTINGS, EmbedderSlot
@@ -32,20 +33,46 @@ class ModelMismatch(RuntimeError):
 
 
 def load_embedder(settings: Settings) -> Embedder:
-    embedder = SentenceTransformerEmbedder(
-        settings.embedding_model,
-        device=settings.embedding_device,
-        batch_size=settings.embed_batch_size,
-        backend=settings.embedding_backend,
-        onnx_dir=settings.model_cache_dir,
-        query_int8=settings.query_int8,
-    )
+    """The model with sentence-transformers (torch) where it is installed; else, as in the
+    slim image, its export in ``MNEME_ONNX_DIR`` (``embeddings.exported``)."""
+    embedder: SentenceTransformerEmbedder | ExportedEmbedder
+    try:
+        import sentence_transformers  # noqa: F401
+    except ImportError:
+        embedder = _exported(settings)
+    else:
+        embedder = SentenceTransformerEmbedder(
+            settings.embedding_model,
+            device=settings.embedding_device,
+            batch_size=settings.embed_batch_size,
+            backend=settings.embedding_backend,
+            onnx_dir=settings.model_cache_dir,
+            query_int8=settings.query_int8,
+        )
     if embedder.dimension != db.VECTOR_DIMENSION:
         raise ModelMismatch(
             f"{embedder.name} makes {embedder.dimension}-dimensional vectors; the schema "
             f"stores {db.VECTOR_DIMENSION}. Pick a {db.VECTOR_DIMENSION}-dimensional model"
         )
     return embedder
+
+
+def _exported(settings: Settings) -> ExportedEmbedder:
+    if settings.embedding_model is not None or settings.embedding_device not in ("auto", "cpu"):
+        raise ModelMismatch(
+            "MNEME_EMBEDDING_MODEL and MNEME_EMBEDDING_DEVICE need torch, which this install "
+            "lacks (the slim image runs only its exported model, on a CPU): use the full "
+            "image (--target full) or pip install the package with its dependencies"
+        )
+    try:
+        return ExportedEmbedder(
+            settings.model_cache_dir,
+            settings.embed_batch_size,
+            backend=settings.embedding_backend,
+            query_int8=settings.query_int8,
+        )
+    except NoExport as exc:
+        raise ModelMismatch(str(exc)) from exc
 
 
 # Pauses before each further attempt to load the model. A load can fail for a passing

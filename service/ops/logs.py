@@ -84,8 +84,12 @@ def quiet_model_libraries() -> None:
       or DEBUG: ``configure`` keeps libraries at WARNING.
     """
     import onnxruntime
-    from transformers.utils import logging as transformers_logging
 
-    transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    try:
+        from transformers.utils import logging as transformers_logging
+    except ImportError:  # the slim image: the model runs from its export, no transformers
+        pass
+    else:
+        transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     onnxruntime.set_default_logger_severity(3)
     _quiet_root(logging.getLogger())
