@@ -20,7 +20,7 @@ from typing import Any
 import asyncpg
 from pgvector.asyncpg import register_vector
 
-from service.ops import migrations
+from service.ops import hosts, migrations
 from service.settings import Settings
 
 log = logging.getLogger("mneme.db")
@@ -188,7 +188,8 @@ async def persist_settings(conn: asyncpg.Connection) -> None:
 
 # What a server that is not up yet answers: nothing listening, a name not resolving yet
 # (a container started beside it), a timeout, or "the database system is starting up".
-NOT_UP_YET = (OSError, asyncpg.CannotConnectNowError)
+# Not up yet, or (a cluster between primaries) no host that takes writes yet.
+NOT_UP_YET = (OSError, asyncpg.CannotConnectNowError, asyncpg.TargetServerAttributeNotMatched)
 
 
 class DatabaseUnreachable(Exception):
@@ -205,10 +206,7 @@ async def first_connect(url: str, wait_s: float, **kwargs: Any) -> asyncpg.Conne
     deadline, delay = loop.time() + wait_s, 0.25
     while True:
         try:
-            conn: asyncpg.Connection = await asyncpg.connect(
-                url, timeout=CONNECT_TIMEOUT_S, **kwargs
-            )
-            return conn
+            return await hosts.connect(url, timeout=CONNECT_TIMEOUT_S, **kwargs)
         except (asyncpg.PostgresError, asyncpg.InterfaceError, *NOT_UP_YET) as exc:
             remaining = deadline - loop.time()
             if not isinstance(exc, NOT_UP_YET) or remaining <= 0:
@@ -325,6 +323,9 @@ async def create_pool(
         # passed on (1.18 refuses them). The settings come from the role's defaults in
         # the database instead (persist_settings); every statement is planned per call.
         pooled = {"statement_cache_size": 0}
+    several = hosts.hosts_for(url)
+    if several is not None:
+        pooled["connect"] = several.connect  # host by host (service.ops.hosts)
     pool: asyncpg.Pool = await asyncpg.create_pool(
         url,
         **pooled,

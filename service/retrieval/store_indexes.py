@@ -31,6 +31,8 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from service.ops import hosts
+from service.ops.db import CONNECT_TIMEOUT_S
 from service.queries.named import NamedSQL
 
 log = logging.getLogger("mneme.store_indexes")
@@ -118,7 +120,7 @@ async def due(conn: asyncpg.Connection | asyncpg.Pool, min_docs: int) -> bool:
 async def reconcile(url: str, min_docs: int) -> Changes | None:
     """Drop the indexes no store needs, then build the one the largest store without one
     needs. ``None``: another instance is at it (nothing done here)."""
-    conn = await asyncpg.connect(url)
+    conn = await hosts.connect(url, timeout=CONNECT_TIMEOUT_S)
     try:
         lock = TRY_LOCK.args({"lock": BUILDER_LOCK})
         if not await conn.fetchval(TRY_LOCK.sql, *lock):
