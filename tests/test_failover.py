@@ -25,6 +25,7 @@ import pytest
 
 from bench.common import wait_ready
 from service.http.outage import Outage, is_unavailable
+from service.ops import hosts
 from tests.test_faults import Load, Service, stored, wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -164,6 +165,21 @@ async def check_outcome(load: Load, svc: Service, url: str) -> None:
     await wait_for(lambda: all_embedded(url, load.acknowledged), 90, "every ack'd write embedded")
     lines = svc.lines()
     assert not [e for e in lines if e["level"] in ("error", "critical") or "exc" in e]
+
+
+@pytest.mark.slow
+async def test_the_read_url_reaches_a_standby(cluster: HaCluster) -> None:
+    """``MNEME_READ_DATABASE_URL`` with ``prefer-standby`` over the same hosts: a standby,
+    however the hosts are ordered (the primary, node1, is listed first)."""
+    url = cluster.url.replace(
+        "target_session_attrs=read-write", "target_session_attrs=prefer-standby"
+    )
+    for _ in range(3):
+        conn = await hosts.connect(url, timeout=5.0)
+        try:
+            assert await conn.fetchval("SELECT pg_is_in_recovery()") is True
+        finally:
+            await conn.close()
 
 
 @pytest.mark.slow

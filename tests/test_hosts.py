@@ -92,3 +92,16 @@ async def test_every_host_failing_raises_the_last_failure(
     url = f"postgresql://u@{silent_host[0]}:{silent_host[1]},127.0.0.1:1/db"
     with pytest.raises((OSError, TimeoutError)):
         await hosts.connect(url, timeout=1.0)
+
+
+async def test_prefer_standby_takes_the_primary_when_no_standby_answers(
+    db_url: str, silent_host: tuple[str, int]
+) -> None:
+    base = with_hosts(db_url, silent_host)
+    url = f"{base}{'&' if '?' in base else '?'}target_session_attrs=prefer-standby"
+    assert hosts.hosts_for(url).passes == ("standby", "any")  # type: ignore[union-attr]
+    conn = await hosts.connect(url, timeout=3.0)
+    try:
+        assert await conn.fetchval("SELECT pg_is_in_recovery()") is False
+    finally:
+        await conn.close()

@@ -54,6 +54,11 @@ class Hosts:
         self.url = url
         self.hosts = hosts_of(url)
         self.last = 0  # index into hosts
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)
+        # One host at a time, "prefer-standby" would take the first host that answers:
+        # a standby is looked for on every host first, then any host will do.
+        prefer = query.get("target_session_attrs", [""])[-1] == "prefer-standby"
+        self.passes: tuple[str | None, ...] = ("standby", "any") if prefer else (None,)
 
     # ``timeout`` is asyncpg's own parameter: its pool calls this in place of its connect.
     async def connect(self, dsn: str | None = None, *, timeout: float, **kwargs: Any) -> Any:  # noqa: ASYNC109
@@ -63,13 +68,16 @@ class Hosts:
         order = [self.last, *(i for i in range(len(self.hosts)) if i != self.last)]
         deadline = time.monotonic() + timeout
         failure: BaseException = TimeoutError(f"no host answered within {timeout} s")
-        for tried, i in enumerate(order):
-            # The time left, shared by the hosts left: one refused at once leaves its
-            # share to the others.
-            share = (deadline - time.monotonic()) / (len(order) - tried)
+        tries = [(attrs, i) for attrs in self.passes for i in order]
+        for tried, (attrs, i) in enumerate(tries):
+            # The time left, shared by the tries left: a host that refuses at once leaves
+            # its share to the others.
+            share = (deadline - time.monotonic()) / (len(tries) - tried)
             if share <= 0:
                 break
             host, port = self.hosts[i]
+            if attrs is not None:
+                kwargs["target_session_attrs"] = attrs
             try:
                 conn = await asyncpg.connect(
                     dsn or self.url, host=host, port=port, timeout=share, **kwargs
