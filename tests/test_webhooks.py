@@ -226,6 +226,22 @@ async def test_webhooks_need_the_admin_scope(client: Client, receiver: Receiver)
     assert resp.status == 400 and "memory:read" in (await resp.json())["error"]["message"]
 
 
+async def test_a_workspace_has_at_most_25_webhooks_even_when_made_at_once(
+    client: Client, receiver: Receiver
+) -> None:
+    body = {"url": receiver.url, "events": ALL}
+    made = await asyncio.gather(*(client.post(HOOKS, json=body, headers=ADMIN) for _ in range(30)))
+    assert sorted(r.status for r in made) == [201] * 25 + [409] * 5
+    refused = next(r for r in made if r.status == 409)
+    assert "at most 25 webhooks" in (await refused.json())["error"]["message"]
+    listed = (await (await client.get(HOOKS, headers=ADMIN)).json())["data"]
+    assert len(listed) == 25
+    # A deleted one makes room for one more, and no more than one.
+    assert (await client.delete(f"{HOOKS}/{listed[0]['id']}", headers=ADMIN)).status == 204
+    again = await asyncio.gather(*(client.post(HOOKS, json=body, headers=ADMIN) for _ in range(3)))
+    assert sorted(r.status for r in again) == [201, 409, 409]
+
+
 # --- deliveries ---------------------------------------------------------------------------
 
 

@@ -98,19 +98,21 @@ async def create_webhook(request: web.Request) -> web.Response:
         if store is None:
             raise Invalid(f"No store {body.store!r} in this workspace", param="store")
         store_id = store.id
-    if len(await webhooks.list_all(pool, principal.workspace_id)) >= MAX_PER_WORKSPACE:
-        raise Conflict(f"A workspace has at most {MAX_PER_WORKSPACE} webhooks")
     secret = "whsec_" + secrets.token_urlsafe(32)
-    made = await webhooks.create(
-        pool,
-        principal.workspace_id,
-        new_id("whk"),
-        key_id=principal.key_id,
-        url=url,
-        events=events,
-        store_id=store_id,
-        secret=secret,
-    )
+    async with pool.acquire() as conn:
+        made = await webhooks.create(
+            conn,
+            principal.workspace_id,
+            new_id("whk"),
+            key_id=principal.key_id,
+            url=url,
+            events=events,
+            store_id=store_id,
+            secret=secret,
+            most=MAX_PER_WORKSPACE,
+        )
+    if made is None:
+        raise Conflict(f"A workspace has at most {MAX_PER_WORKSPACE} webhooks")
     return json_response({**webhook_object(made), "secret": secret}, status=201)
 
 

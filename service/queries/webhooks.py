@@ -82,9 +82,15 @@ def _webhook(row: asyncpg.Record) -> Webhook:
     return Webhook(**{name: row[name] for name in Webhook.__dataclass_fields__})
 
 
+# Taken before counting, so two makers at once cannot both see room for one more (the
+# workspace row's lock conflicts with no foreign-key check: those take KEY SHARE).
+LOCK_WORKSPACE = NamedSQL("SELECT 1 FROM workspaces WHERE id = :workspace FOR NO KEY UPDATE")
+
+# A statement of its own after the lock, so its snapshot holds every webhook made before.
 INSERT = NamedSQL(f"""
 INSERT INTO webhooks (workspace_id, id, key_id, url, events, store_id, secret)
-VALUES (:workspace, :id, :key, :url, :events, :store, :secret)
+SELECT :workspace, :id, :key, :url, :events, :store, :secret
+WHERE (SELECT count(*) FROM webhooks WHERE workspace_id = :workspace) < :most
 RETURNING {WEBHOOK_COLUMNS}
 """)
 
@@ -100,7 +106,7 @@ DELETE = NamedSQL("DELETE FROM webhooks WHERE workspace_id = :workspace AND id =
 
 
 async def create(
-    conn: Conn,
+    conn: asyncpg.Connection,
     workspace_id: str,
     webhook_id: str,
     *,
@@ -109,19 +115,23 @@ async def create(
     events: list[str],
     store_id: str | None,
     secret: str,
-) -> Webhook:
-    row = await INSERT.fetchrow(
-        conn,
-        workspace=workspace_id,
-        id=webhook_id,
-        key=key_id,
-        url=url,
-        events=events,
-        store=store_id,
-        secret=secret,
-    )
-    assert row is not None
-    return _webhook(row)
+    most: int,
+) -> Webhook | None:
+    """``None`` when the workspace has ``most`` webhooks already."""
+    async with conn.transaction():
+        await LOCK_WORKSPACE.execute(conn, workspace=workspace_id)
+        row = await INSERT.fetchrow(
+            conn,
+            workspace=workspace_id,
+            id=webhook_id,
+            key=key_id,
+            url=url,
+            events=events,
+            store=store_id,
+            secret=secret,
+            most=most,
+        )
+    return None if row is None else _webhook(row)
 
 
 async def list_all(conn: Conn, workspace_id: str) -> list[Webhook]:
