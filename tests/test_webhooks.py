@@ -409,6 +409,38 @@ async def test_a_failed_attempt_is_retried_with_backoff_then_given_up(
     assert (await client.post(bad, headers=ADMIN)).status == 404
 
 
+async def test_a_delivery_being_sent_is_not_retried_by_hand_meanwhile(
+    client: Client, receiver: Receiver
+) -> None:
+    answered = asyncio.Event()
+
+    async def slow() -> web.StreamResponse:
+        await answered.wait()
+        return web.Response(status=200)
+
+    made = await hook(client, receiver.url, events=["memory.created"])
+    receiver.answers = [slow]
+    await write(client, {"text": "Sent slowly."})
+    [got] = await receiver.wait_for(1)
+    retry = f"{HOOKS}/{made['id']}/deliveries/{got.headers['Mneme-Event-Id']}/retry"
+    resp = await client.post(retry, headers=ADMIN)
+    assert resp.status == 409, await resp.text()
+    assert "being sent" in (await resp.json())["error"]["message"]
+    answered.set()
+    [d] = await settled(client, made["id"])
+    assert (d["state"], d["attempts"]) == ("delivered", 1)
+    await asyncio.sleep(1.0)
+    assert len(receiver.got) == 1  # the refused retry sent nothing
+    # Once the attempt is done, a retry sends it again, once.
+    assert (await client.post(retry, headers=ADMIN)).status == 202
+    await receiver.wait_for(2)
+    deadline = time.monotonic() + 10
+    while (d := (await deliveries(client, made["id"]))["data"][0])["attempts"] < 2:
+        assert time.monotonic() < deadline, d
+        await asyncio.sleep(0.05)
+    assert (d["state"], d["attempts"], len(receiver.got)) == ("delivered", 2, 2)
+
+
 async def test_redirects_are_not_followed_and_answers_are_read_in_part(
     client: Client, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
 ) -> None:

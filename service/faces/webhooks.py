@@ -178,9 +178,16 @@ async def retry_delivery(request: web.Request) -> web.Response:
     event_id = request.match_info["event_id"]
     found = None
     if EVENT_ID.fullmatch(event_id):
-        found = await webhooks.retry(
-            request.app[POOL], principal_of(request).workspace_id, webhook.id, event_id
-        )
+        async with request.app[POOL].acquire() as conn:
+            try:
+                found = await webhooks.retry(
+                    conn, principal_of(request).workspace_id, webhook.id, event_id
+                )
+            except webhooks.InFlight:
+                raise Conflict(
+                    f"Event {event_id!r} is being sent to this webhook now: "
+                    "retry it once this attempt is done (its log shows it)"
+                ) from None
     if found is None:
         raise NotFound(f"Webhook {webhook.id!r} has no delivery of event {event_id!r}")
     return json_response(delivery_object(found), status=202)

@@ -165,6 +165,14 @@ ORDER BY d.event_id DESC
 LIMIT :limit
 """)
 
+# Whether an attempt of the delivery is in flight now (NULL: no such delivery), its row
+# locked so that the dispatcher does not claim it in between.
+SENDING = NamedSQL("""
+SELECT coalesce(sending_until > now(), false) FROM webhook_deliveries
+WHERE workspace_id = :workspace AND webhook_id = :webhook AND event_id = :event
+FOR UPDATE
+""")
+
 RETRY = NamedSQL(f"""
 WITH again AS (
     UPDATE webhook_deliveries
@@ -193,10 +201,25 @@ async def deliveries(
     return [_delivery(r) for r in rows]
 
 
-async def retry(conn: Conn, workspace_id: str, webhook_id: str, event_id: str) -> Delivery | None:
-    """Send it again now, with 24 h of retries of its own, whatever it came to."""
-    row = await RETRY.fetchrow(conn, workspace=workspace_id, webhook=webhook_id, event=event_id)
-    return None if row is None else _delivery(row)
+class InFlight(Exception):
+    """The delivery is being sent now: a retry would send it twice at once."""
+
+
+async def retry(
+    conn: asyncpg.Connection, workspace_id: str, webhook_id: str, event_id: str
+) -> Delivery | None:
+    """Send it again now, with 24 h of retries of its own, whatever it came to; raises
+    ``InFlight`` while an attempt is being sent."""
+    ids = {"workspace": workspace_id, "webhook": webhook_id, "event": event_id}
+    async with conn.transaction():
+        sending = await SENDING.fetchval(conn, **ids)
+        if sending is None:
+            return None
+        if sending:
+            raise InFlight(event_id)
+        row = await RETRY.fetchrow(conn, **ids)
+    assert row is not None  # its row is locked
+    return _delivery(row)
 
 
 # --- the dispatcher -----------------------------------------------------------------------
@@ -213,7 +236,8 @@ WITH due AS (
     FOR UPDATE SKIP LOCKED
 ), claimed AS (
     UPDATE webhook_deliveries d
-    SET next_attempt_at = now() + make_interval(secs => :in_flight_s)
+    SET next_attempt_at = now() + make_interval(secs => :in_flight_s),
+        sending_until = now() + make_interval(secs => :in_flight_s)
     FROM due
     WHERE d.workspace_id = due.workspace_id AND d.webhook_id = due.webhook_id
       AND d.event_id = due.event_id
@@ -237,6 +261,7 @@ SET attempts = d.attempts + CASE WHEN o.state = 'skipped' THEN 0 ELSE 1 END,
                  WHEN now() + make_interval(secs => o.delay_s) > d.retry_until THEN 'failed'
                  ELSE 'pending' END,
     next_attempt_at = now() + make_interval(secs => o.delay_s),
+    sending_until = NULL,
     delivered_at = CASE WHEN o.state = 'delivered' THEN now() END,
     finished_at = CASE WHEN o.state <> 'retry'
                          OR now() + make_interval(secs => o.delay_s) > d.retry_until
