@@ -22,9 +22,10 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 import asyncpg
 from pgvector import Vector
@@ -35,6 +36,9 @@ from service.queries.named import NamedSQL
 log = logging.getLogger("mneme.worker")
 
 CHANNEL = "mneme_embed"
+
+# Where a worker LISTENs on CHANNEL (``Worker.listen``).
+Listen: TypeAlias = "bool | Callable[[], Awaitable[asyncpg.Connection]]"
 
 # What the worker commits can be done again, so it commits without waiting for the WAL to
 # reach the disk (synchronous_commit off for its own transaction: set_config's ``true``).
@@ -270,11 +274,11 @@ class Worker:
         config: WorkerConfig | None = None,
         *,
         on_error: Callable[[BaseException], None] | None = None,
-        listen: bool | str = True,
+        listen: Listen = True,
     ) -> None:
         self.pool = pool
-        # Where it LISTENs: a connection of ``pool`` (True), one of its own to this URL
-        # (a transaction pooler cannot carry a LISTEN), or nowhere (False: it polls).
+        # Where it LISTENs: a connection of ``pool`` (True), one of its own that this
+        # opens (a transaction pooler cannot carry a LISTEN), or nowhere (False: it polls).
         self.listen = listen
         self.embedder = embedder
         self.config = config or WorkerConfig()
@@ -576,8 +580,8 @@ class Worker:
                 await self._unlisten(old)
         try:
             conn: asyncpg.Connection
-            if isinstance(self.listen, str):
-                conn = await asyncpg.connect(self.listen)
+            if callable(self.listen):
+                conn = await self.listen()
             else:
                 conn = await self.pool.acquire()
         except Exception as exc:
@@ -596,7 +600,7 @@ class Worker:
         with contextlib.suppress(Exception):  # lost: the pool has it back already
             await conn.remove_listener(CHANNEL, self._notified)
         with contextlib.suppress(Exception):
-            if isinstance(self.listen, str):
+            if callable(self.listen):
                 await conn.close()
             else:
                 await self.pool.release(conn)

@@ -285,7 +285,7 @@ async def cmd_worker(settings: Settings, args: argparse.Namespace) -> None:
             embedder,
             worker_config(settings),
             on_error=lambda exc: outage.note(exc, log, "worker batch failed"),
-            listen=worker_listen(settings, await db.resolve_url(settings, create=False)),
+            listen=worker_listen(settings),
         )
         try:
             if args.once:

@@ -11,7 +11,10 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from service.ops import db, hosts
+from embeddings import worker as worker_module
+from embeddings.model import SentenceTransformerEmbedder
+from embeddings.worker import Worker
+from service.ops import db, embedding, hosts
 from service.settings import Settings
 
 
@@ -105,3 +108,28 @@ async def test_prefer_standby_takes_the_primary_when_no_standby_answers(
         assert await conn.fetchval("SELECT pg_is_in_recovery()") is False
     finally:
         await conn.close()
+
+
+async def test_the_worker_listens_past_a_silent_first_host(
+    db_url: str, silent_host: tuple[str, int], embedder: SentenceTransformerEmbedder
+) -> None:
+    """A worker behind PgBouncer LISTENs on a URL of its own (``MNEME_DIRECT_DATABASE_URL``):
+    a multi-host one is connected host by host too (asyncpg alone would spend its 60 s
+    default timeout on the silent host)."""
+    pool = await asyncpg.create_pool(db_url, min_size=1, max_size=2)
+    try:
+        settings = Settings(
+            database_url=db_url,
+            database_pooler="transaction",
+            direct_database_url=with_hosts(db_url, silent_host),
+        )  # a pooler in front: the worker listens on the direct URL
+        worker = Worker(pool, embedder, listen=embedding.worker_listen(settings))
+        started = time.monotonic()
+        conn = await asyncio.wait_for(worker._listen(None), 15)
+        assert conn is not None and time.monotonic() - started < 10
+        await pool.execute("SELECT pg_notify($1, 'x')", worker_module.CHANNEL)
+        await asyncio.wait_for(worker._wake.wait(), 5)
+        await worker._unlisten(conn)
+        assert conn.is_closed()
+    finally:
+        await pool.close()

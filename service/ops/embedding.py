@@ -8,6 +8,7 @@ batch it is on.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -18,9 +19,9 @@ from aiohttp import web
 from embeddings import Embedder
 from embeddings.exported import ExportedEmbedder, NoExport
 from embeddings.model import SentenceTransformerEmbedder
-from embeddings.worker import Worker, WorkerConfig
-from service.app_keys import DATABASE_URL, EMBEDDER, METRICS, OUTAGE, POOL, SETTINGS, EmbedderSlot
-from service.ops import db
+from embeddings.worker import Listen, Worker, WorkerConfig
+from service.app_keys import EMBEDDER, METRICS, OUTAGE, POOL, SETTINGS, EmbedderSlot
+from service.ops import db, hosts
 from service.ops.jobs import cancel
 from service.queries import embedding_models
 from service.settings import Settings
@@ -162,12 +163,17 @@ def worker_config(settings: Settings) -> WorkerConfig:
     )
 
 
-def worker_listen(settings: Settings, url: str) -> bool | str:
-    """Where a worker on ``url`` LISTENs (``Worker.listen``): on its pool, or behind a
-    transaction pooler on MNEME_DIRECT_DATABASE_URL, or without it nowhere (it polls)."""
+def worker_listen(settings: Settings) -> Listen:
+    """Where a worker LISTENs (``Worker.listen``): on its pool, or behind a transaction
+    pooler on a connection of its own to MNEME_DIRECT_DATABASE_URL (host by host, as the
+    pools connect), or without that URL nowhere (it polls)."""
     if not settings.transaction_pooled:
         return True
-    return settings.direct_database_url or False
+    if settings.direct_database_url is None:
+        return False
+    return functools.partial(
+        hosts.connect, settings.direct_database_url, timeout=db.CONNECT_TIMEOUT_S
+    )
 
 
 def model_lifetime(
@@ -204,7 +210,7 @@ async def embedding_worker(app: web.Application) -> AsyncIterator[None]:
             slot.embedder,
             worker_config(app[SETTINGS]),
             on_error=lambda exc: app[OUTAGE].note(exc, log, "worker batch failed"),
-            listen=worker_listen(app[SETTINGS], app[DATABASE_URL]),
+            listen=worker_listen(app[SETTINGS]),
         )
         worker.stats.observers.append(metrics.observe_batch)
         try:
