@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import json
 import os
@@ -76,6 +77,13 @@ class HaCluster:
     def state(self) -> dict[str, object]:
         state: dict[str, object] = json.loads((self.home / "cluster.json").read_text())
         return state
+
+    def node_urls(self) -> list[str]:
+        """Each node on its own, standby or not."""
+        state = self.state()
+        nodes: list[dict[str, object]] = state["nodes"]  # type: ignore[assignment]
+        password = state["app_password"]
+        return [f"postgresql://mneme:{password}@127.0.0.1:{n['pg_port']}/mneme" for n in nodes]
 
     def patronictl(self, *args: str) -> str:
         config = self.home / "node1" / "patroni.yml"
@@ -152,6 +160,10 @@ async def all_embedded(url: str, ids: list[str]) -> bool:
     finally:
         await conn.close()
     return ready == len(ids)
+
+
+async def on_node(url: str, ids: list[str]) -> bool:
+    return await stored(url, ids) == set(ids)
 
 
 async def check_outcome(load: Load, svc: Service, url: str) -> None:
@@ -245,3 +257,20 @@ async def test_killing_two_primaries_under_load_loses_no_write(
         assert SWITCHOVER["refused"] < refused[0]
     killed = [n for n in cluster.state()["nodes"] if n["killed"]]  # type: ignore[attr-defined]
     assert len(killed) == 2
+
+    # The killed nodes come back as standbys (the first primary rewound), and every
+    # acknowledged write, those made since included, is on every node.
+    asked = time.monotonic()
+    assert "rejoined: node" in await asyncio.to_thread(cluster.run, "rejoin")
+    print(f"rejoin: both nodes streaming again in {time.monotonic() - asked:.1f} s")
+    assert not any(n["killed"] for n in cluster.state()["nodes"])  # type: ignore[attr-defined]
+    after = Load(served.base)
+    running = asyncio.create_task(after.run())
+    await asyncio.sleep(3.0)
+    after.stop.set()
+    await running
+    assert after.bad == [] and after.acknowledged
+    assert {s for _, s, _, _ in after.answers} <= {200, 201}
+    ids = load.acknowledged + after.acknowledged
+    for url in cluster.node_urls():
+        await wait_for(functools.partial(on_node, url, ids), 30, f"every write on {url}")

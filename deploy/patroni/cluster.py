@@ -6,7 +6,9 @@ own with ``synchronous_mode: true``, creates the ``mneme`` database, runs
 ``mneme migrate`` and prints, last, ``MNEME_DATABASE_URL=`` a multi-host URL with
 ``target_session_attrs=read-write`` (docs/scaling.md says why not HAProxy).
 ``kill-primary`` SIGKILLs the current primary's PostgreSQL and its Patroni;
-``down`` stops everything and removes the data. ``status`` prints the members.
+``rejoin`` starts the killed nodes again, as standbys of the current primary (a former
+primary rewound first). ``down`` stops everything and removes the data. ``status`` prints
+the members.
 
 Everything lives in one directory (``MNEME_HA_DIR``, default ``.mneme/ha``): the ports,
 passwords and process ids in ``cluster.json``, each node's data, configuration and log.
@@ -120,6 +122,12 @@ class Cluster:
                     return members
         return []
 
+    def all_streaming(self) -> bool:
+        """Every node up: a primary, and standbys streaming from it, one synchronous."""
+        members = self.members()
+        streaming = [m for m in members if m.get("state") == "streaming"]
+        return len(streaming) == NODES - 1 and any(m["role"] == "sync_standby" for m in members)
+
     def primary(self, *, with_sync_standby: bool) -> Node | None:
         members = self.members()
         roles = {m["name"]: m for m in members if m.get("state") in ("running", "streaming")}
@@ -177,6 +185,9 @@ def patroni_config(cluster: Cluster, node: Node) -> dict[str, Any]:
             "connect_address": f"127.0.0.1:{node.pg_port}",
             "data_dir": str(data / "data"),
             "bin_dir": str(POSTGRES_BIN_PATH),
+            # A former primary that cannot be rewound is copied afresh from the primary.
+            "remove_data_directory_on_rewind_failure": True,
+            "remove_data_directory_on_diverged_timelines": True,
             "pgpass": str(data / "pgpass"),
             "authentication": {
                 "superuser": auth,
@@ -273,6 +284,13 @@ def start_node(cluster: Cluster, node: Node) -> None:
     if cluster.user:
         shutil.chown(config, cluster.user, cluster.user)
         shutil.chown(log, cluster.user, cluster.user)
+    launch(cluster, node)
+
+
+def launch(cluster: Cluster, node: Node) -> None:
+    """Start the node's Patroni on its configuration (which starts its PostgreSQL)."""
+    home = cluster.home / node.name
+    config, log = home / "patroni.yml", home / "patroni.log"
     env = {**os.environ, "PATRONI_LOG_DIR": "", "HOME": str(home)}
     with log.open("a") as out:
         proc = subprocess.Popen(
@@ -285,6 +303,7 @@ def start_node(cluster: Cluster, node: Node) -> None:
             **_as_user(cluster),
         )
     node.pid = proc.pid
+    node.killed = False
 
 
 async def create_database(cluster: Cluster, primary: Node) -> None:
@@ -326,12 +345,7 @@ def up(home: Path, timings: dict[str, int]) -> None:
         start_node(cluster, node)
     cluster.save()
 
-    def all_streaming() -> bool:
-        members = cluster.members()
-        streaming = [m for m in members if m.get("state") == "streaming"]
-        return len(streaming) == NODES - 1 and any(m["role"] == "sync_standby" for m in members)
-
-    wait("both standbys streaming, one synchronous", 180, all_streaming)
+    wait("both standbys streaming, one synchronous", 180, cluster.all_streaming)
     asyncio.run(create_database(cluster, first))
     migrate(cluster.url())
     ctl = Path(sys.executable).parent / "patronictl"
@@ -394,6 +408,22 @@ def kill_primary(home: Path, within_s: float) -> None:
     print(f"killed {primary.name} (PostgreSQL on 127.0.0.1:{primary.pg_port} and its Patroni)")
 
 
+def rejoin(home: Path, within_s: float) -> None:
+    """Start the killed nodes again: each comes back as a standby of the current primary,
+    a former primary rewound first (pg_rewind: what it wrote that no standby got, never
+    acknowledged in synchronous mode, is undone), or copied afresh should that fail."""
+    cluster = Cluster.load(home)
+    killed = [n for n in cluster.nodes if n.killed]
+    for node in killed:
+        # Whatever is left of it (a backend that outlived its postmaster, say).
+        kill_node(cluster, node)
+        launch(cluster, node)
+    cluster.save()
+    wait("every node streaming again, one synchronous", within_s, cluster.all_streaming)
+    names = ", ".join(n.name for n in killed) or "none killed"
+    print(f"rejoined: {names}")
+
+
 def down(home: Path) -> None:
     if not (home / "cluster.json").exists():
         shutil.rmtree(home, ignore_errors=True)
@@ -453,6 +483,13 @@ def main(argv: list[str] | None = None) -> None:
         default=90.0,
         help="seconds to wait for a primary with a synchronous standby",
     )
+    back = sub.add_parser("rejoin", help="start the killed nodes again, as standbys")
+    back.add_argument(
+        "--wait",
+        type=float,
+        default=180.0,
+        help="seconds to wait for every node to stream from the primary",
+    )
     sub.add_parser("down", help="stop everything and remove the data")
     sub.add_parser("status", help="print the members, their roles and lag")
     args = parser.parse_args(argv)
@@ -461,6 +498,8 @@ def main(argv: list[str] | None = None) -> None:
         up(home, {name: getattr(args, name) for name in TIMINGS})
     elif args.command == "kill-primary":
         kill_primary(home, args.wait)
+    elif args.command == "rejoin":
+        rejoin(home, args.wait)
     elif args.command == "down":
         down(home)
     else:
