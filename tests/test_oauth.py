@@ -133,7 +133,8 @@ async def test_the_public_url_names_everything_behind_a_proxy(
 async def test_the_python_sdk_client_connects_remembers_recalls_and_refreshes(
     make_client: Callable[[Settings], Awaitable[Client]], settings: Settings
 ) -> None:
-    client = await make_client(settings.with_overrides(oauth_access_ttl_s=2.0))
+    # Long enough for the calls after a refresh to finish on the new token on a slow box.
+    client = await make_client(settings.with_overrides(oauth_access_ttl_s=5.0))
     base = base_of(client)
     key = await make_key(client, kind="service", scopes=BOTH, name="alice's laptop")
     store = {"name": "agent-notes"}
@@ -165,7 +166,7 @@ async def test_the_python_sdk_client_connects_remembers_recalls_and_refreshes(
             agent, "remember", text="The OAuth agent's favourite tea is oolong."
         )
         assert remembered["store"] == store_id  # the store chosen on the consent page
-        await asyncio.sleep(2.5)  # the access token expires; the SDK refreshes it
+        await asyncio.sleep(5.5)  # the access token expires; the SDK refreshes it
         recalled = await call(agent, "recall", query="Which tea does the OAuth agent like?")
     assert [m["id"] for m in recalled][:1] == [remembered["id"]]
     assert len(answers) == 1  # one consent, then refresh

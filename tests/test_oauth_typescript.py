@@ -22,10 +22,10 @@ async def test_the_typescript_sdk_completes_the_oauth_flow_and_refreshes(
     settings: Settings,
     node_client: Path,  # noqa: F811 - the fixture imported above
 ) -> None:
-    client = await make_client(settings.with_overrides(oauth_access_ttl_s=2.0))
+    client = await make_client(settings.with_overrides(oauth_access_ttl_s=5.0))
     key = await make_key(client, kind="service", scopes=["memory:read", "memory:write"])
     script = node_client.parent / "oauth.mjs"
-    out = await run_node(script, str(client.make_url("/mcp")), key, "3000")
+    out = await run_node(script, str(client.make_url("/mcp")), key, "6000")
     assert out["remembered"]["id"].startswith("mem_")
     assert out["recalled"][0]["id"] == out["remembered"]["id"]
     first, second = out["tokens"]  # the code's tokens, then the refresh's

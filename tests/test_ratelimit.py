@@ -74,14 +74,16 @@ async def test_refused_requests_are_not_counted(conn: asyncpg.Connection) -> Non
 async def test_previous_minute_weighs_on_the_current_one(conn: asyncpg.Connection) -> None:
     # A full previous minute: 10 requests at a limit of 10. Early in the next minute most
     # of that weight remains, so only a few more requests fit, not another 10.
-    await conn.execute(
-        "INSERT INTO rate_limit_counters (workspace_id, window_start, count) "
-        "VALUES ('w2', date_trunc('minute', now()) - interval '1 minute', 10)"
-    )
-    elapsed = await conn.fetchval(
-        "SELECT extract(epoch FROM now() - date_trunc('minute', now()))::float8 / 60"
-    )
-    allowed = sum([(await ratelimit.hit(conn, "w2", 10)).allowed for _ in range(12)])
+    # One transaction, so one now(): a minute ending midway would make the row two old.
+    async with conn.transaction():
+        await conn.execute(
+            "INSERT INTO rate_limit_counters (workspace_id, window_start, count) "
+            "VALUES ('w2', date_trunc('minute', now()) - interval '1 minute', 10)"
+        )
+        elapsed = await conn.fetchval(
+            "SELECT extract(epoch FROM now() - date_trunc('minute', now()))::float8 / 60"
+        )
+        allowed = sum([(await ratelimit.hit(conn, "w2", 10)).allowed for _ in range(12)])
     # The estimate admits requests while 10 * (1 - elapsed) + n <= 10.
     expected = int(10 - 10 * (1 - elapsed) + 1e-9)
     assert abs(allowed - expected) <= 1
@@ -103,18 +105,19 @@ async def test_a_workspace_quiet_for_the_last_minute_is_never_refused(
     assert [r.allowed for r in results] == [True] * 10 + [False]
     assert 1 <= results[-1].retry_after <= 60
     # Its last request within the window, the previous minute still weighs.
-    await conn.execute(
-        "UPDATE rate_limit_counters SET last_at = now() - interval '59 seconds' "
-        "WHERE workspace_id = 'w3' AND window_start < date_trunc('minute', now())"
-    )
-    await conn.execute(
-        "DELETE FROM rate_limit_counters "
-        "WHERE workspace_id = 'w3' AND window_start = date_trunc('minute', now())"
-    )
-    elapsed = await conn.fetchval(
-        "SELECT extract(epoch FROM now() - date_trunc('minute', now()))::float8 / 60"
-    )
-    allowed = sum([(await ratelimit.hit(conn, "w3", 10)).allowed for _ in range(12)])
+    async with conn.transaction():  # one now(), as above
+        await conn.execute(
+            "UPDATE rate_limit_counters SET last_at = now() - interval '59 seconds' "
+            "WHERE workspace_id = 'w3' AND window_start < date_trunc('minute', now())"
+        )
+        await conn.execute(
+            "DELETE FROM rate_limit_counters "
+            "WHERE workspace_id = 'w3' AND window_start = date_trunc('minute', now())"
+        )
+        elapsed = await conn.fetchval(
+            "SELECT extract(epoch FROM now() - date_trunc('minute', now()))::float8 / 60"
+        )
+        allowed = sum([(await ratelimit.hit(conn, "w3", 10)).allowed for _ in range(12)])
     assert abs(allowed - int(10 - 10 * (1 - elapsed) + 1e-9)) <= 1
 
 

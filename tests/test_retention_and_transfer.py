@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -101,12 +102,12 @@ async def test_janitor_runs_retention_with_a_version(
 
     client = await make_client(settings.with_overrides(retention_interval_s=1.0))
     expired = await write(client, {"text": "gone soon", "expiresAt": "2020-01-01T00:00:00Z"})
-    for _ in range(50):
-        if (
-            await conn.fetchval("SELECT status FROM memories WHERE id = $1", expired["id"])
-            == "archived"
-        ):
-            break
+    deadline = time.monotonic() + 30
+    while (
+        await conn.fetchval("SELECT status FROM memories WHERE id = $1", expired["id"])
+        != "archived"
+    ):
+        assert time.monotonic() < deadline, "the janitor archived nothing within 30 s"
         await asyncio.sleep(0.1)
     versions = (
         await (await client.get(f"/api/v1/memories/{expired['id']}/versions", headers=ADMIN)).json()
@@ -267,9 +268,9 @@ async def test_the_janitor_runs_on_one_replica_at_a_time(
 
     quiet = settings.with_overrides(retention_interval_s=3600.0)  # one pass each, at start
     first, second = await make_client(quiet), await make_client(quiet)
-    for _ in range(50):
-        if await conn.fetchval("SELECT count(*) FROM leases WHERE name = 'janitor'") == 1:
-            break
+    deadline = time.monotonic() + 30
+    while await conn.fetchval("SELECT count(*) FROM leases WHERE name = 'janitor'") != 1:
+        assert time.monotonic() < deadline, "no janitor lease within 30 s"
         await asyncio.sleep(0.1)
     holder = await conn.fetchval("SELECT holder FROM leases WHERE name = 'janitor'")
     assert holder is not None

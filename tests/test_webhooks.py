@@ -382,7 +382,8 @@ async def test_a_failed_attempt_is_retried_with_backoff_then_given_up(
     wait = await conn.fetchval(
         "SELECT extract(epoch FROM next_attempt_at - now()) FROM webhook_deliveries"
     )
-    assert 4 <= wait <= 10  # 10 s at the first retry, drawn between half and all of it
+    assert 2 <= wait <= 10  # 10 s at the first retry, drawn between half and all of it,
+    # less the time since (a second or more on a loaded machine)
     # Past its 24 h, the next failure gives it up.
     await conn.execute(
         "UPDATE webhook_deliveries"
