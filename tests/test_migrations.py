@@ -6,6 +6,7 @@ import asyncio
 import shutil
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import asyncpg
@@ -126,6 +127,17 @@ async def test_database_ahead_of_the_code_is_refused(empty_db_url: str, tmp_path
         await conn.close()
 
 
+async def held_advisory_lock(conn: asyncpg.Connection) -> None:
+    """Until another session holds an advisory lock (the first runner's)."""
+    deadline = time.monotonic() + 10
+    while not await conn.fetchval(
+        "SELECT count(*) > 0 FROM pg_locks WHERE locktype = 'advisory' AND granted"
+        " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    ):
+        assert time.monotonic() < deadline, "the first runner took no lock within 10 s"
+        await asyncio.sleep(0.02)
+
+
 async def test_two_runners_at_once_apply_each_file_once(empty_db_url: str, tmp_path: Path) -> None:
     directory = copy_migrations(tmp_path)
     # A slow migration keeps the first runner busy while the second one arrives.
@@ -133,7 +145,7 @@ async def test_two_runners_at_once_apply_each_file_once(empty_db_url: str, tmp_p
     a, b = await asyncpg.connect(empty_db_url), await asyncpg.connect(empty_db_url)
     try:
         first = asyncio.create_task(migrations.migrate(a, directory))
-        await asyncio.sleep(0.3)
+        await held_advisory_lock(b)
         second = asyncio.create_task(migrations.migrate(b, directory))
         done_first, done_second = await asyncio.gather(first, second)
         shipped = [m.name for m in migrations.load()]

@@ -11,6 +11,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -197,7 +198,13 @@ async def test_sigterm_lets_an_in_flight_request_finish(server: Server, tmp_path
                     headers={"Authorization": f"Bearer {key}"},
                 )
             )
-            await asyncio.sleep(1.0)
+            deadline = time.monotonic() + 15
+            while not await blocker.fetchval(  # the request's backend waits on the lock
+                "SELECT count(*) > 0 FROM pg_stat_activity"
+                " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            ):
+                assert time.monotonic() < deadline, "the request never reached the lock"
+                await asyncio.sleep(0.05)
             server.proc.send_signal(signal.SIGTERM)
             await asyncio.sleep(1.0)
             assert server.proc.poll() is None  # still waiting for the in-flight request
