@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
+import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,16 @@ async def make_key(client: Client, **body: Any) -> str:
 async def make_member(client: Client, member_id: str, kind: str = "human") -> None:
     resp = await client.post("/api/v1/members", json={"id": member_id, "kind": kind}, headers=ADMIN)
     assert resp.status == 201, await resp.text()
+
+
+async def wait_for(condition: Callable[[], Awaitable[Any]], within_s: float, what: str) -> float:
+    """Poll ``condition`` until it is true; the seconds that took. Fails past ``within_s``."""
+    started = time.monotonic()
+    while not await condition():
+        if time.monotonic() - started > within_s:
+            raise AssertionError(f"{what}: not within {within_s} s")
+        await asyncio.sleep(0.1)
+    return time.monotonic() - started
 
 
 def repo_root() -> Path:

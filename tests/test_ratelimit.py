@@ -71,6 +71,14 @@ async def test_refused_requests_are_not_counted(conn: asyncpg.Connection) -> Non
     assert count == 3
 
 
+async def elapsed_fraction(conn: asyncpg.Connection) -> float:
+    """How much of the current minute has gone, by the transaction's now()."""
+    elapsed: float = await conn.fetchval(
+        "SELECT extract(epoch FROM now() - date_trunc('minute', now()))::float8 / 60"
+    )
+    return elapsed
+
+
 async def test_previous_minute_weighs_on_the_current_one(conn: asyncpg.Connection) -> None:
     # A full previous minute: 10 requests at a limit of 10. Early in the next minute most
     # of that weight remains, so only a few more requests fit, not another 10.
@@ -80,9 +88,7 @@ async def test_previous_minute_weighs_on_the_current_one(conn: asyncpg.Connectio
             "INSERT INTO rate_limit_counters (workspace_id, window_start, count) "
             "VALUES ('w2', date_trunc('minute', now()) - interval '1 minute', 10)"
         )
-        elapsed = await conn.fetchval(
-            "SELECT extract(epoch FROM now() - date_trunc('minute', now()))::float8 / 60"
-        )
+        elapsed = await elapsed_fraction(conn)
         allowed = sum([(await ratelimit.hit(conn, "w2", 10)).allowed for _ in range(12)])
     # The estimate admits requests while 10 * (1 - elapsed) + n <= 10.
     expected = int(10 - 10 * (1 - elapsed) + 1e-9)
@@ -114,9 +120,7 @@ async def test_a_workspace_quiet_for_the_last_minute_is_never_refused(
             "DELETE FROM rate_limit_counters "
             "WHERE workspace_id = 'w3' AND window_start = date_trunc('minute', now())"
         )
-        elapsed = await conn.fetchval(
-            "SELECT extract(epoch FROM now() - date_trunc('minute', now()))::float8 / 60"
-        )
+        elapsed = await elapsed_fraction(conn)
         allowed = sum([(await ratelimit.hit(conn, "w3", 10)).allowed for _ in range(12)])
     assert abs(allowed - int(10 - 10 * (1 - elapsed) + 1e-9)) <= 1
 

