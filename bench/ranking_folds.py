@@ -67,6 +67,7 @@ class Retrieved:
     profile: sq.Profile
     vector: Any  # the query's vector (the service's int8 query model)
     candidates: list[Candidate]
+    speakers: list[str]  # the store's registered speakers
 
 
 async def retrievals(
@@ -96,7 +97,8 @@ async def retrievals(
                     query_text=q["question"], vector=vector, filters=sq.SearchFilters(),
                     per_arm=per_arm, subset="all", self_only=False, images=False,
                 ))  # fmt: skip
-                yield Retrieved(q, store.id, profile, vector, cands), conn
+                _, speakers = await sq.speaker_set(conn, principal.workspace_id, store.id)
+                yield Retrieved(q, store.id, profile, vector, cands, speakers), conn
     finally:
         await pool.close()
 
@@ -108,7 +110,7 @@ async def fetch(
     out = []
     async for r, _ in retrievals(database_url, data_dir, key, queries):
         q = r.query
-        speaker = ranking.named_speaker(q["question"], r.profile.speakers)
+        speaker = ranking.named_speaker(q["question"], r.speakers)
         period = ranking.named_period(q["question"])
         out.append(
             Question(q["store"], q["category"], q["evidence"], r.candidates, speaker, period)

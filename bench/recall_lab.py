@@ -94,7 +94,7 @@ async def fetch() -> None:
             questions.append(Q(
                 q["store"], q["category"], set(q["evidence"]), q["question"], r.vector,
                 {c.id: c.fts_rank for c in r.candidates if c.fts_rank is not None},
-                ranking.named_speaker(q["question"], r.profile.speakers),
+                ranking.named_speaker(q["question"], r.speakers),
                 ranking.named_period(q["question"]),
             ))  # fmt: skip
     CACHE.write_bytes(pickle.dumps({"questions": questions, "stores": stores}))

@@ -35,6 +35,7 @@ from service.app_keys import (
     ROUTE_SPECS,
     SETTINGS,
     SNAPSHOTS,
+    SPEAKER_NAMES,
     TOUCHER,
     EmbedderSlot,
     RecentKeys,
@@ -52,6 +53,7 @@ from service.ops.meter import Meter
 from service.ops.metrics import Metrics
 from service.ops.toucher import Toucher
 from service.retrieval.snapshots import Snapshots
+from service.retrieval.speaker_names import SpeakerNames
 from service.routes import ROUTES
 from service.settings import Settings
 from service.webhooks import dispatcher
@@ -83,6 +85,7 @@ def create_app(
     app[QUEUE] = QueueProbe()
     app[TOUCHER] = Toucher()
     app[METER] = Meter()
+    app[SPEAKER_NAMES] = SpeakerNames()
     specs: dict[web.AbstractRoute, Route] = {}
     for spec in ROUTES:
         specs[app.router.add_route(spec.method, spec.path, spec.handler)] = spec

@@ -25,6 +25,7 @@ from service.http.keys import (
 from service.ops.meter import Meter
 from service.ops.toucher import Toucher
 from service.retrieval.snapshots import Snapshots
+from service.retrieval.speaker_names import SpeakerNames
 
 
 @dataclass
@@ -55,6 +56,7 @@ READ_POOL = web.AppKey("read_pool", asyncpg.Pool)
 READ_PLANNED_ONCE_POOL = web.AppKey("read_planned_once_pool", asyncpg.Pool)
 # Small stores' vectors and postings in memory, for search (service.retrieval.snapshots).
 SNAPSHOTS = web.AppKey("snapshots", Snapshots)
+SPEAKER_NAMES = web.AppKey("speaker_names", SpeakerNames)
 EMBEDDER = web.AppKey("embedder", EmbedderSlot)
 # Off the response path: last-use stamps and billed units, gathered and written in batches.
 TOUCHER = web.AppKey("toucher", Toucher)

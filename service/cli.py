@@ -18,11 +18,12 @@ import importlib.metadata
 import logging
 import os
 import signal
+import stat
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import asyncpg
 
@@ -355,6 +356,7 @@ async def cmd_import(settings: Settings, args: argparse.Namespace) -> None:
                     store,
                     enumerate(f, start=1),
                     create_speakers=args.create_speakers,
+                    max_speakers=settings.max_speakers_per_store,
                     progress=bar.update,
                 )
             except transfer.ImportRefused as exc:
@@ -371,13 +373,30 @@ async def cmd_import(settings: Settings, args: argparse.Namespace) -> None:
     )
 
 
+def private_file(path: str) -> BinaryIO:
+    """``path`` opened to be written anew, readable by its owner alone (0600): an export
+    holds every memory of a store, whatever the umask. A file already there is narrowed
+    too (a device or a pipe named instead is left as it is)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    except OSError as exc:
+        raise CliError(f"cannot write {path}: {exc.strerror}") from None
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            os.fchmod(fd, 0o600)
+    except OSError as exc:
+        os.close(fd)
+        raise CliError(f"cannot make {path} private (0600): {exc.strerror}") from None
+    return os.fdopen(fd, "wb")
+
+
 async def cmd_export(settings: Settings, args: argparse.Namespace) -> None:
     from tqdm import tqdm
 
     async with db.connect(settings) as pool:
         ws = await _workspace(pool, args.workspace)
         store = await _store(pool, ws, args.store)
-        out = open(args.output, "wb") if args.output else sys.stdout.buffer  # noqa: SIM115
+        out = private_file(args.output) if args.output else sys.stdout.buffer
         try:
             async with (
                 pool.acquire() as conn,

@@ -118,11 +118,23 @@ def _pooler(name: str, raw: str) -> str:
     return raw
 
 
+# Keys anyone who read the docs knows: the placeholder deploy/kubernetes/secret.yaml ships
+# (any key containing it, in any case) and the example key the integration pages show.
+PLACEHOLDER_KEY = "change-me"
+EXAMPLE_KEYS = frozenset({"your-key"})
+NEW_KEY = "set it to a long random secret (openssl rand -hex 24)"
+
+
 def _bootstrap_key(name: str, raw: str) -> str:
     """Any key a header can carry as sent: visible ASCII, no spaces. A short one is
-    registered too (the bootstrap warns about it): the operator chose it."""
+    registered too (the bootstrap warns about it): the operator chose it. A placeholder
+    or an example key is not a choice: it would be an admin key everyone knows."""
     if not raw or not all("!" <= c <= "~" for c in raw):
         raise SettingsError(f"{name} must be visible ASCII characters without spaces")
+    if PLACEHOLDER_KEY in raw.lower():
+        raise SettingsError(f"{name} still holds a placeholder (it contains CHANGE-ME): {NEW_KEY}")
+    if raw.lower() in EXAMPLE_KEYS:
+        raise SettingsError(f"{name} is the documentation's example key: {NEW_KEY}")
     return raw
 
 
@@ -162,6 +174,7 @@ VARIABLES: tuple[tuple[str, str, Parse], ...] = (
     ("MNEME_EMBED_MAX_ATTEMPTS", "embed_max_attempts", _integer(1, 100)),
     ("MNEME_RETENTION_INTERVAL_SECONDS", "retention_interval_s", _integer(1, 86400, kind=float)),
     ("MNEME_STORE_INDEX_MIN", "store_index_min", _integer(0, 1_000_000_000)),
+    ("MNEME_MAX_SPEAKERS_PER_STORE", "max_speakers_per_store", _integer(1, 10_000_000)),
     ("MNEME_SEARCH_SNAPSHOT_MB", "snapshot_bytes", _integer(0, 1_048_576, scale=1024 * 1024)),
     ("MNEME_TRANSITORY_IDLE_HOURS", "transitory_idle_s", _integer(1, 87600, 3600.0, float)),
     ("MNEME_WORKER", "worker", _parse_bool),
@@ -174,6 +187,7 @@ VARIABLES: tuple[tuple[str, str, Parse], ...] = (
     ("MNEME_MCP_ALLOWED_ORIGINS", "mcp_allowed_origins", lambda name, raw: parse_origins(raw)),
     ("MNEME_PUBLIC_URL", "public_url", lambda name, raw: parse_public_url(raw)),
     ("MNEME_OAUTH_ACCESS_TOKEN_SECONDS", "oauth_access_ttl_s", _integer(60, 3600, kind=float)),
+    ("MNEME_OAUTH_REGISTRATIONS_PER_HOUR", "oauth_registrations_per_hour", _integer(1, 10**9)),
     ("MNEME_DATABASE_WAIT", "database_wait_s", _integer(0, 3600, kind=float)),
     ("MNEME_HEADER_TIMEOUT", "header_timeout", _integer(1, 3600, kind=float)),
     ("MNEME_BODY_TIMEOUT", "body_timeout", _integer(1, 3600, kind=float)),
@@ -220,6 +234,8 @@ class Settings:
     # A store with this many active memories gets an HNSW index of its own
     # (service.retrieval.store_indexes); 0: none, every store shares one.
     store_index_min: int = 20_000
+    # Speakers one store may register (POST .../speakers, mneme import): over it, 409.
+    max_speakers_per_store: int = 10_000
     # Retention: transitory memories not used for this long are archived.
     transitory_idle_s: float = 30 * 24 * 3600.0
     retention_interval_s: float = 300.0
@@ -242,6 +258,9 @@ class Settings:
     public_url: str | None = None
     # How long an OAuth access token lives (at most an hour; its refresh token rotates).
     oauth_access_ttl_s: float = 3600.0
+    # OAuth client registrations (no key needed) one address may make in a clock hour;
+    # behind a proxy every client has the proxy's address, so raise it there.
+    oauth_registrations_per_hour: int = 20
 
     @property
     def model_cache_dir(self) -> Path:

@@ -100,7 +100,8 @@ class HandClient:
             assert resp.status == 201, registered
         return cls(base, registered["client_id"], registered["redirect_uris"][0])
 
-    def authorization_url(self, challenge: str, **params: str) -> str:
+    def authorization_url(self, challenge: str, **params: str | None) -> str:
+        """``params`` change the request's parameters (``None``: leave it out)."""
         query = {
             "response_type": "code",
             "client_id": self.client_id,
@@ -110,7 +111,8 @@ class HandClient:
             "state": "st-" + secrets.token_hex(4),
             **params,
         }
-        return f"{self.base}/oauth/authorize?{urlencode(query)}"
+        sent = {name: value for name, value in query.items() if value is not None}
+        return f"{self.base}/oauth/authorize?{urlencode(sent)}"
 
     async def code(self, key: str, **consented: str) -> tuple[str, str]:
         """An authorization code a person approved with ``key``, and its verifier."""

@@ -18,7 +18,7 @@ import pytest
 from service.ops.bootstrap import bootstrap
 from service.queries import keys
 from service.settings import Settings
-from tests.helpers import Client, auth
+from tests.helpers import Client, auth, repo_root
 
 MakeClient = Callable[[Settings], Awaitable[Client]]
 
@@ -51,6 +51,19 @@ async def test_a_database_out_of_reach_is_one_line_without_the_password(
         [line] = [x for x in result.stderr.splitlines() if x.startswith("mneme: error:")]
         assert "cannot connect to the database" in line
         assert "Traceback" not in result.stderr and "hunter2" not in result.stderr
+
+
+def test_serve_refuses_the_placeholder_bootstrap_key_of_the_kubernetes_secret() -> None:
+    secret = (repo_root() / "deploy" / "kubernetes" / "secret.yaml").read_text()
+    found = re.search(r'^\s*MNEME_BOOTSTRAP_KEY: "([^"]+)"', secret, re.M)
+    assert found is not None
+    # No database is reached: the key is refused before anything starts.
+    unreachable = "postgresql://mneme:x@127.0.0.1:1/mneme"
+    result = mneme(unreachable, "serve", MNEME_DATABASE_WAIT="0", MNEME_BOOTSTRAP_KEY=found[1])
+    assert result.returncode == 1, result.stderr
+    [line] = [x for x in result.stderr.splitlines() if x.startswith("mneme: error:")]
+    assert "MNEME_BOOTSTRAP_KEY" in line and "CHANGE-ME" in line
+    assert "Traceback" not in result.stderr and found[1] not in result.stderr
 
 
 async def test_first_run_creates_default_workspace_and_announces_one_key(empty_db_url: str) -> None:

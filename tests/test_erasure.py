@@ -192,6 +192,161 @@ async def test_erasing_a_member_reaches_their_keys_pairs_and_name(
     assert await conn.fetchval("SELECT count(*) FROM members WHERE id = 'alice'") == 1
 
 
+async def people(client: Client) -> tuple[dict[str, str], dict[str, str]]:
+    """Alice and Bob, members with personal keys that read and write: their headers."""
+    await make_member(client, "alice")
+    await make_member(client, "bob")
+    both = ["memory:read", "memory:write"]
+    alice = auth(await make_key(client, kind="personal", member="alice", scopes=both))
+    bob = auth(await make_key(client, kind="personal", member="bob", scopes=both))
+    return alice, bob
+
+
+async def versions(client: Client, memory_id: str) -> list[dict[str, Any]]:
+    """A memory's versions, oldest first, with their text."""
+    resp = await client.get(f"/api/v1/memories/{memory_id}/versions?include=text", headers=ADMIN)
+    assert resp.status == 200, await resp.text()
+    return list(reversed((await resp.json())["data"]))
+
+
+async def listen(conn: asyncpg.Connection) -> None:
+    """A webhook of the workspace that hears of every change."""
+    await conn.execute(
+        "INSERT INTO webhooks (workspace_id, id, key_id, url, events, secret)"
+        " SELECT workspace_id, 'whk_00000000000000000000', id, 'http://93.184.216.34/',"
+        " '{memory.created,memory.updated,memory.deleted}', 'whsec_x' FROM api_keys LIMIT 1"
+    )
+
+
+async def told(conn: asyncpg.Connection, memory_id: str) -> list[str]:
+    rows = await conn.fetch(
+        "SELECT type FROM webhook_events WHERE memory_id = $1 ORDER BY id", memory_id
+    )
+    return [r["type"] for r in rows]
+
+
+async def test_erasing_an_editor_keeps_the_memory_she_only_tagged(
+    client: Client, db_url: str, conn: asyncpg.Connection
+) -> None:
+    alice, bob = await people(client)
+    text = "Gloxinia rota is pinned by the kitchen door."
+    his = await post(client, {"text": text, "metadata": {"owner": "bob"}}, bob)
+    await listen(conn)
+    resp = await client.patch(
+        f"/api/v1/memories/{his['id']}", headers=alice, json={"metadata": {"tag": "Periwinkle"}}
+    )
+    assert resp.status == 200, await resp.text()
+    resp = await client.post("/api/v1/erasures", json={"member": "alice"}, headers=ADMIN)
+    assert resp.status == 200, await resp.text()
+    erased = await resp.json()
+    assert (erased["memories"], erased["versions"]) == (0, 1)
+
+    # Bob's memory stays, as he left it, with its audit trail: his version, hers with
+    # nothing of what she wrote, and the erasure's own (the metadata put back).
+    resp = await client.get(f"/api/v1/memories/{his['id']}", headers=bob)
+    assert resp.status == 200, await resp.text()
+    kept = await resp.json()
+    assert (kept["text"], kept["metadata"], kept["status"]) == (text, {"owner": "bob"}, "active")
+    created, edited, undone = await versions(client, his["id"])
+    assert (created["operation"], created["text"]) == ("created", text)
+    assert created["content_sha256"]
+    assert (edited["operation"], edited["actor"], edited["text"]) == (
+        "modified",
+        "erased member",
+        "[erased]",
+    )
+    assert edited["content_sha256"] is None
+    assert (undone["operation"], undone["actor"], undone["text"]) == ("modified", "erasure", text)
+    assert await told(conn, his["id"]) == ["memory.updated", "memory.updated"]
+    after = dump(db_url)
+    assert found(after, ["Periwinkle"]) == [] and found(after, ["Gloxinia"]) == ["Gloxinia"]
+
+
+async def test_erasing_an_editor_rolls_back_the_text_she_wrote_to_the_last_not_hers(
+    client: Client, db_url: str, conn: asyncpg.Connection,
+    embedder: SentenceTransformerEmbedder,
+) -> None:  # fmt: skip
+    alice, bob = await people(client)
+    text = "Hollyhock seeds go in the blue tin."
+    his = await post(client, {"text": text, "providerRef": "crm-7", "metadata": {"a": "1"}}, bob)
+    await Worker(client.app[POOL], embedder).drain()
+    await listen(conn)
+    # Alice rewrites it (a sync upsert, replayable), then Bob tags it: his version carries
+    # her text, which must go too.
+    mine = "Hollyhock seeds: ask Brimblecombe, Wolverhampton allotment."
+    body = {"text": mine, "providerRef": "crm-7"}
+    await post(client, body, {**alice, "Idempotency-Key": "alice-sync-1"})
+    resp = await client.patch(
+        f"/api/v1/memories/{his['id']}", headers=bob, json={"metadata": {"a": "2"}}
+    )
+    assert resp.status == 200, await resp.text()
+    await Worker(client.app[POOL], embedder).drain()
+    resp = await client.post(
+        "/api/v1/memory/search", headers=ADMIN,
+        json={"user_id": "default", "query": "Brimblecombe allotment", "cache_control": CACHED},
+    )  # fmt: skip
+    assert resp.status == 200 and "Brimblecombe" in await resp.text()
+    assert found(dump(db_url), ["Brimblecombe", "Wolverhampton"])
+
+    resp = await client.post("/api/v1/erasures", json={"member": "alice"}, headers=ADMIN)
+    assert resp.status == 200, await resp.text()
+    erased = await resp.json()  # her version and Bob's over it redacted; her replay gone
+    assert (erased["memories"], erased["versions"], erased["replays"]) == (0, 2, 1)
+    resp = await client.get(f"/api/v1/memories/{his['id']}", headers=bob)
+    kept = await resp.json()
+    # Back to Bob's text, with Bob's later tag kept; its vector is made again.
+    assert (kept["text"], kept["metadata"], kept["status"]) == (text, {"a": "2"}, "active")
+    assert kept["embeddingStatus"] == "pending"
+    trail = await versions(client, his["id"])
+    assert [(v["operation"], v["actor"] == "erased member", v["text"]) for v in trail] == [
+        ("created", False, text),
+        ("modified", True, "[erased]"),
+        ("modified", False, "[erased]"),  # Bob's tag, over her text
+        ("modified", False, text),  # the erasure's roll-back
+    ]
+    assert trail[-1]["actor"] == "erasure"
+    assert await told(conn, his["id"]) == ["memory.updated"] * 3
+    after = dump(db_url)
+    assert found(after, ["Brimblecombe", "Wolverhampton"]) == [], [
+        line for line in after.splitlines() if found(line, ["Brimblecombe", "Wolverhampton"])
+    ][:5]
+    assert found(after, ["Hollyhock"]) == ["Hollyhock"]
+    await Worker(client.app[POOL], embedder).drain()
+    resp = await client.post(
+        "/api/v1/memory/search", headers=ADMIN,
+        json={"user_id": "default", "query": "Hollyhock seeds tin"},
+    )  # fmt: skip
+    assert his["id"] in {m["id"] for m in (await resp.json())["memories"]}
+
+
+async def test_an_edited_memory_with_no_version_but_hers_is_tombstoned(
+    client: Client, db_url: str, conn: asyncpg.Connection
+) -> None:
+    alice, bob = await people(client)
+    his = await post(client, {"text": "Marigold order placed."}, bob)
+    resp = await client.patch(
+        f"/api/v1/memories/{his['id']}", headers=alice, json={"text": "Marigold: Brimblecombe"}
+    )
+    assert resp.status == 200, await resp.text()
+    # Its history begins with her edit (a memory written by direct SQL, or before the audit
+    # trail): there is nothing not hers to go back to.
+    await conn.execute(
+        "DELETE FROM memory_versions WHERE memory_id = $1 AND operation = 'created'", his["id"]
+    )
+    await listen(conn)
+    resp = await client.post("/api/v1/erasures", json={"member": "alice"}, headers=ADMIN)
+    assert resp.status == 200, await resp.text()
+    kept = await (await client.get(f"/api/v1/memories/{his['id']}", headers=bob)).json()
+    assert (kept["status"], kept["text"]) == ("deleted", "[erased]")
+    trail = await versions(client, his["id"])
+    assert [(v["operation"], v["actor"], v["text"]) for v in trail] == [
+        ("modified", "erased member", "[erased]"),
+        ("deleted", "erasure", "[erased]"),
+    ]
+    assert await told(conn, his["id"]) == ["memory.deleted"]
+    assert found(dump(db_url), ["Brimblecombe"]) == []
+
+
 @pytest.mark.parametrize(
     ("body", "status"),
     [

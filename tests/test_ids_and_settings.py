@@ -76,6 +76,11 @@ def test_settings_from_environment() -> None:
         ("MNEME_RATE_LIMITS", "free=0", "MNEME_RATE_LIMITS"),
         ("MNEME_BOOTSTRAP_KEY", "two words", "MNEME_BOOTSTRAP_KEY"),
         ("MNEME_BOOTSTRAP_KEY", "caf\u00e9", "MNEME_BOOTSTRAP_KEY"),
+        # A placeholder left in (deploy/kubernetes/secret.yaml's), in any case, or an
+        # example key the docs show: an admin key anyone who read them knows.
+        ("MNEME_BOOTSTRAP_KEY", "CHANGE-ME-to-32-random-characters", "MNEME_BOOTSTRAP_KEY"),
+        ("MNEME_BOOTSTRAP_KEY", "prod-change-me-0123456789abcdef", "MNEME_BOOTSTRAP_KEY"),
+        ("MNEME_BOOTSTRAP_KEY", "your-key", "MNEME_BOOTSTRAP_KEY"),
         ("MNEME_LOG_LEVEL", "chatty", "MNEME_LOG_LEVEL"),
         ("MNEME_DATABASE_POOLER", "statement", "MNEME_DATABASE_POOLER"),
         ("MNEME_PUBLIC_URL", "mneme.example.com", "MNEME_PUBLIC_URL"),

@@ -8,13 +8,14 @@ the key that must not see it.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import asyncpg
 import pytest
 
 from service.app_keys import POOL, TOUCHER
-from tests.helpers import ADMIN, BOOTSTRAP_KEY, Client, auth, make_key, make_member
+from tests.helpers import ADMIN, BOOTSTRAP_KEY, Client, auth, connected, make_key, make_member
 
 SEARCH = "/api/v1/memory/search"
 SECRET_TEXT = "The ops room rotates the payroll database password every Tuesday."
@@ -308,3 +309,106 @@ async def test_refusing_to_delete_a_store_counts_nothing(client: Client) -> None
     assert message == (
         "Memory store 's1' still holds active memories; delete them first or pass force=true"
     )
+
+
+# --- a key that may write but not read (SPEC §9 "Writing is not reading") -------------------
+
+WRITE_ONLY_SECRET = "Carol's diagnosis is confidential: stage two, told to nobody."
+SECRET_FIELD = "ledger-7731-private"
+CRM_REF = {"provider": "crm", "providerRef": "contact-1"}  # guessable, as CRM ids are
+
+
+def shows_nothing_stored(answer: str) -> None:
+    for secret in (WRITE_ONLY_SECRET, SECRET_FIELD, "proofCount", "diagnosis-notes"):
+        assert secret not in answer, answer
+
+
+@pytest.fixture
+async def stored_secrets(client: Client) -> dict[str, Any]:
+    """A plain memory with a guessable CRM providerRef and a path memory, both written by
+    the admin with text and fields a write-only key must never be shown."""
+    plain = await write(
+        client,
+        BOOTSTRAP_KEY,
+        {"text": WRITE_ONLY_SECRET, "provider": "crm", "providerRef": "contact-1",
+         "metadata": {"ledger": SECRET_FIELD}, "category": SECRET_FIELD},
+    )  # fmt: skip
+    resp = await client.post(
+        "/api/v1/forward/memory_stores/default/memories",
+        json={"path": "people/diagnosis-notes.md", "content": WRITE_ONLY_SECRET,
+              "metadata": {"ledger": SECRET_FIELD}},
+        headers=ADMIN,
+    )  # fmt: skip
+    assert resp.status == 201, await resp.text()
+    return {"plain": plain, "file": await resp.json()}
+
+
+async def test_a_write_only_key_is_shown_nothing_stored_by_any_write_route(
+    client: Client, stored_secrets: dict[str, Any]
+) -> None:
+    writer = auth(await make_key(client, kind="service", scopes=["memory:write"]))
+    plain, file = stored_secrets["plain"]["id"], stored_secrets["file"]["id"]
+    face = "/api/v1/forward/memory_stores/default/memories"
+    assert (await client.get(f"/api/v1/memories/{plain}", headers=writer)).status == 403
+    attempts = [
+        ("PATCH", f"/api/v1/memories/{plain}", {}),
+        ("PATCH", f"/api/v1/memories/{plain}", {"importance": 0.9}),
+        ("POST", "/api/v1/memories", CRM_REF),
+        ("POST", "/api/v1/memories", {"memories": [CRM_REF]}),
+        ("POST", f"{face}/{file}", {}),
+        ("POST", f"{face}/{file}", {"content": "guess", "content_sha256": "0" * 64}),
+        ("DELETE", f"{face}/{file}", None),
+        ("DELETE", f"/api/v1/memories/{plain}", None),
+    ]  # fmt: skip
+    for method, path, body in attempts:
+        resp = await client.request(method, path, json=body, headers=writer)
+        answer = await resp.text()
+        assert resp.status < 500, answer
+        shows_nothing_stored(answer)
+        assert stored_secrets["file"]["content_sha256"] not in answer
+    # What it may see: which memory, and what it is now.
+    resp = await client.patch(f"/api/v1/memories/{plain}", json={"importance": 0.2}, headers=writer)
+    assert await resp.json() == {"id": plain, "status": "deleted", "importance": 0.2}
+    # The same key is shown all of a memory it made from nothing: it sent every field.
+    resp = await client.post(
+        "/api/v1/memories", json={"text": "A note of its own."}, headers=writer
+    )
+    assert resp.status == 201 and (await resp.json())["text"] == "A note of its own."
+
+
+async def test_a_write_only_duplicate_is_shown_only_what_it_sent(
+    client: Client, stored_secrets: dict[str, Any]
+) -> None:
+    writer = auth(await make_key(client, kind="service", scopes=["memory:write"]))
+    resp = await client.post(
+        "/api/v1/memories",
+        json={"text": WRITE_ONLY_SECRET, "importance": 0.1},
+        headers=writer,
+    )
+    assert resp.status == 200, await resp.text()
+    answer = await resp.json()
+    assert answer["deduplicated"] and answer["id"] == stored_secrets["plain"]["id"]
+    assert SECRET_FIELD not in json.dumps(answer) and "proofCount" not in answer
+    assert "importance" not in answer  # not applied to the duplicate: not what it is now
+
+
+async def test_a_write_only_key_over_mcp_is_shown_nothing_stored(
+    client: Client, stored_secrets: dict[str, Any]
+) -> None:
+    # Over stdio (``mneme-mcp``, which calls the REST API); ``/mcp`` itself needs
+    # ``memory:read`` at its door.
+    key = await make_key(client, kind="service", scopes=["memory:write"])
+    async with connected(client, key, "stdio") as agent:
+        # A duplicate of the stored memory: the text is its own; nothing else stored is.
+        result = await agent.call_tool("remember", {"text": WRITE_ONLY_SECRET})
+        assert not result.is_error, result.content
+        shown = json.dumps(result.structured_content)
+        assert stored_secrets["plain"]["id"] in shown and SECRET_FIELD not in shown
+        assert result.structured_content["scope"] is None  # stored, not sent: not shown
+        for tool, args in (
+            ("forget", {"memory_id": stored_secrets["plain"]["id"]}),
+            ("write_file", {"store": "default", "path": "people/diagnosis-notes.md",
+                            "content": "guess"}),
+        ):  # fmt: skip
+            result = await agent.call_tool(tool, args)
+            shows_nothing_stored(json.dumps([c.model_dump() for c in result.content]))

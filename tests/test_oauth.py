@@ -8,6 +8,7 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import asyncpg
@@ -22,8 +23,12 @@ from mcp.shared.auth import (
     OAuthToken,
 )
 
+from service.app_keys import POOL
+from service.http.public import issuer_warning
+from service.ops import jobs
+from service.queries import oauth
 from service.settings import Settings
-from tests.helpers import ADMIN, Client, call, make_key, make_member, refused
+from tests.helpers import ADMIN, Client, call, make_key, make_member, refused, wait_for
 from tests.oauth_flow import REDIRECT, Answer, HandClient, consent, hidden, pkce
 from tests.test_cli_and_bootstrap import mneme
 from tests.test_mcp_http import INITIALIZE, STREAMABLE
@@ -148,7 +153,9 @@ async def test_the_python_sdk_client_connects_remembers_recalls_and_refreshes(
 
     async def redirected() -> AuthorizationCodeResult:
         query = answers[-1].query
-        return AuthorizationCodeResult(code=query["code"], state=query.get("state"))
+        return AuthorizationCodeResult(
+            code=query["code"], state=query.get("state"), iss=query.get("iss")
+        )
 
     storage = MemoryStorage()
     auth = OAuthClientProvider(
@@ -183,7 +190,7 @@ async def test_the_python_sdk_client_connects_remembers_recalls_and_refreshes(
     ).json()
     [grant] = grants["data"]
     assert grant["client_name"] == "pytest agent" and grant["store"] == "agent-notes"
-    assert grant["scopes"] == BOTH and grant["redirect_hosts"] == ["127.0.0.1:9"]
+    assert grant["scopes"] == BOTH and grant["redirect_hosts"] == ["http://127.0.0.1:9"]
     resp = await client.delete(
         f"/api/v1/oauth/grants/{grant['id']}", headers={"Authorization": f"Bearer {key}"}
     )
@@ -410,7 +417,7 @@ async def test_deny_sends_the_person_back_with_access_denied(client: Client) -> 
     answer = await consent(agent.authorization_url(challenge, state="xyz"), "", decision="deny")
     assert answer.status == 303 and answer.location is not None
     assert answer.location.startswith(REDIRECT)
-    assert answer.query == {"error": "access_denied", "state": "xyz"}
+    assert answer.query == {"error": "access_denied", "state": "xyz", "iss": base_of(client)}
 
 
 async def test_the_revocation_endpoint_ends_the_grant(client: Client) -> None:
@@ -508,6 +515,7 @@ async def test_bad_oauth_input_is_a_client_error_never_a_500(client: Client) -> 
     cases = [
         ("POST", "/oauth/register", b"not json"),
         ("POST", "/oauth/register", b'{"redirect_uris": "x"}'),
+        ("POST", "/oauth/register", b'{"jwks": ' + b"[" * 30_000 + b"]" * 30_000 + b"}"),
         ("POST", "/oauth/token", b"grant_type=password&username=a"),
         ("POST", "/oauth/token", b"client_id=%00&grant_type=authorization_code"),
         ("POST", "/oauth/revoke", b"token=x"),
@@ -539,3 +547,260 @@ async def test_mneme_oauth_lists_and_revokes_connected_clients(client: Client, d
     assert "ChatGPT" in mneme(db_url, "oauth list --all").stdout
     missing = mneme(db_url, "oauth revoke grant_nope")
     assert missing.returncode == 1 and "no connected client" in missing.stderr
+
+
+# --- issue 59: where the code goes, what registration may add, and no 500s ------------------
+
+HIDDEN_HOST = "https://attacker.example?@claude.ai/cb"
+
+
+async def test_a_redirect_uri_that_hides_its_host_is_refused_at_registration(
+    client: Client,
+) -> None:
+    base = base_of(client)
+    status, body = await register_status(base, client_name="Claude", redirect_uris=[HIDDEN_HOST])
+    assert status == 400 and body["error"] == "invalid_redirect_uri", body
+    for uri in (
+        "https://claude.ai@attacker.example/cb",  # userinfo
+        "https://attacker.example/cb?next=@claude.ai",  # an '@' anywhere
+        "https://attacker.example\\@claude.ai/cb",  # a browser reads '\' as '/'
+        "https://claude.ai/cb#",  # an empty fragment
+        "https://claude.ai/c b",
+        "https://claude.ai/cb\t",
+        " https://claude.ai/cb",
+        "https://claude.ai/cb\u200b",  # invisible
+        "https://cl%61ude.ai/cb",  # percent-encoding in the host
+        "https://claude.ai:/cb",  # a netloc that is not just the host and port
+        "https://0x7f.1/cb",  # a browser goes to 127.0.0.1
+    ):
+        status, body = await register_status(base, redirect_uris=[uri])
+        assert status == 400 and body["error"] == "invalid_redirect_uri", (uri, body)
+    for uri in ("https://Claude.AI/api/mcp/auth_callback", "https://claude.ai:8443/cb",
+                "https://münchen.example/cb"):  # fmt: skip
+        status, body = await register_status(base, redirect_uris=[uri])
+        assert status == 201, (uri, body)
+
+
+async def insert_client(client: Client, redirect_uri: str, name: str) -> str:
+    """A client registered before today's rules: a row of an older version."""
+    metadata = {
+        "client_name": name,
+        "redirect_uris": [redirect_uri],
+        "token_endpoint_auth_method": "none",
+        "grant_types": ["authorization_code", "refresh_token"],
+        "response_types": ["code"],
+        "scope": "memory:read memory:write",
+        "client_id": "older-client",
+    }
+    await oauth.insert_client(client.app[POOL], "older-client", metadata, None)
+    return "older-client"
+
+
+async def test_the_consent_page_and_connected_apps_name_where_the_code_goes(
+    client: Client,
+) -> None:
+    base = base_of(client)
+    agent = HandClient(base, await insert_client(client, HIDDEN_HOST, "Claude"), HIDDEN_HOST)
+    key = await make_key(client, kind="service", scopes=BOTH)
+    # Its one registered URI, as the review's client did (one sent would be normalised).
+    url = agent.authorization_url(pkce()[1], redirect_uri=None)
+    page = await (await client.get(url.removeprefix(base))).text()
+    assert '<span class="host">https://attacker.example</span>' in page
+    assert "claude.ai" not in page
+    answer = await consent(url, key)
+    assert answer.status == 303 and answer.location is not None
+    assert urlsplit(answer.location).hostname == "attacker.example"
+    grants = await (await client.get("/api/v1/oauth/grants", headers=ADMIN)).json()
+    assert [g["redirect_hosts"] for g in grants["data"]] == [["https://attacker.example"]]
+
+
+async def test_connected_apps_show_scheme_host_and_a_port_only_when_not_the_default(
+    client: Client,
+) -> None:
+    base = base_of(client)
+    status, registered = await register_status(
+        base,
+        redirect_uris=["https://App.Example:443/a", "https://app.example:8443/b", REDIRECT],
+        token_endpoint_auth_method="none",
+    )
+    assert status == 201, registered
+    key = await make_key(client, kind="service", scopes=BOTH)
+    await HandClient(base, registered["client_id"]).tokens(key)
+    grants = await (await client.get("/api/v1/oauth/grants", headers=ADMIN)).json()
+    assert grants["data"][0]["redirect_hosts"] == [
+        "http://127.0.0.1:9", "https://app.example", "https://app.example:8443",
+    ]  # fmt: skip
+
+
+async def post_register(client: Client, body: bytes, **headers: str) -> aiohttp.ClientResponse:
+    return await client.post(
+        "/oauth/register", data=body, headers={"Content-Type": "application/json", **headers}
+    )
+
+
+async def test_a_registration_body_over_64_kib_is_refused_before_it_is_parsed(
+    client: Client, db_url: str
+) -> None:
+    padded = {"client_name": "x", "redirect_uris": [REDIRECT], "pad": "p" * 70_000}
+    resp = await post_register(client, json.dumps(padded).encode())
+    assert resp.status == 413, await resp.text()
+    assert (await resp.json())["error"]["type"] == "request_too_large"
+
+    async def chunks() -> Any:  # no Content-Length: the cap holds on the bytes that came
+        for _ in range(70):
+            yield b" " * 1024
+        yield json.dumps({"client_name": "x", "redirect_uris": [REDIRECT]}).encode()
+
+    resp = await client.post(
+        "/oauth/register", data=chunks(), headers={"Content-Type": "application/json"}
+    )
+    assert resp.status == 413, await resp.text()
+    conn = await asyncpg.connect(db_url)
+    try:
+        assert await conn.fetchval("SELECT count(*) FROM oauth_clients") == 0
+    finally:
+        await conn.close()
+
+
+async def test_registration_fields_are_bounded(client: Client) -> None:
+    base = base_of(client)
+    uri = "https://app.example/"
+    accepted: list[dict[str, Any]] = [
+        {"client_name": "n" * 200},
+        {"redirect_uris": [f"{uri}{i}" for i in range(10)]},
+        {"redirect_uris": [uri + "p" * (2000 - len(uri))]},
+        {"client_uri": uri + "c" * (2000 - len(uri))},
+    ]
+    for metadata in accepted:
+        status, body = await register_status(base, **metadata)
+        assert status == 201, (str(metadata)[:80], body)
+    refused: list[tuple[dict[str, Any], str]] = [
+        ({"client_name": "n" * 201}, "invalid_client_metadata"),
+        ({"redirect_uris": [f"{uri}{i}" for i in range(11)]}, "invalid_client_metadata"),
+        ({"redirect_uris": [uri + "p" * (2001 - len(uri))]}, "invalid_redirect_uri"),
+        ({"redirect_uris": [uri + "é" * 1000]}, "invalid_redirect_uri"),  # 2,000 bytes+
+        ({"client_uri": uri + "c" * (2001 - len(uri))}, "invalid_client_metadata"),
+        ({"software_id": "s" * 2001}, "invalid_client_metadata"),
+        ({"contacts": [f"c{i}@example.com" for i in range(11)]}, "invalid_client_metadata"),
+    ]
+    for metadata, error in refused:
+        status, body = await register_status(base, **metadata)
+        assert status == 400 and body["error"] == error, (str(metadata)[:80], body)
+
+
+async def test_registrations_are_rate_limited_per_address_across_processes(
+    make_client: Callable[[Settings], Awaitable[Client]], settings: Settings
+) -> None:
+    limited = settings.with_overrides(oauth_registrations_per_hour=3)
+    first, second = await make_client(limited), await make_client(limited)
+    for one in (first, second, first):
+        status, body = await register_status(base_of(one))
+        assert status == 201, body
+    for one in (first, second):
+        resp = await post_register(one, json.dumps({"redirect_uris": [REDIRECT]}).encode())
+        assert resp.status == 429, await resp.text()
+        assert 1 <= int(resp.headers["Retry-After"]) <= 3600
+        refused = await resp.json()
+        assert refused["type"] == "error" and refused["error"]["type"] == "rate_limit_error"
+        assert "3 registrations an hour" in refused["error"]["message"]
+
+
+async def test_the_janitor_prunes_clients_never_granted_after_a_day(
+    client: Client, db_url: str
+) -> None:
+    base = base_of(client)
+    key = await make_key(client, kind="service", scopes=BOTH)
+    granted = await HandClient.register(base)
+    await granted.tokens(key)
+    await HandClient.register(base)  # never granted: pruned
+    fresh = await HandClient.register(base)
+    conn = await asyncpg.connect(db_url)
+    try:
+        await conn.execute(
+            "UPDATE oauth_clients SET created_at = now() - interval '25 hours' WHERE id <> $1",
+            fresh.client_id,
+        )
+        # This process's janitor, one pass now rather than within the minute.
+        holder = "SELECT holder FROM leases WHERE name = 'janitor'"
+        await wait_for(lambda: conn.fetchval(holder), 30, "the janitor's lease")
+        assert await jobs.janitor_pass(client.app, await conn.fetchval(holder), retention=False)
+        left = {r["id"] for r in await conn.fetch("SELECT id FROM oauth_clients")}
+    finally:
+        await conn.close()
+    assert left == {granted.client_id, fresh.client_id}
+
+
+async def test_a_consent_form_with_too_many_fields_is_a_400(client: Client) -> None:
+    body = "&".join(f"f{i}=x" for i in range(25)).encode()
+    resp = await client.post(
+        "/oauth/consent",
+        data=body,
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+        allow_redirects=False,
+    )
+    assert resp.status == 400, await resp.text()
+    assert "Too many fields" in await resp.text()
+
+
+async def test_a_client_registered_for_write_only_gets_what_the_page_says(
+    client: Client,
+) -> None:
+    base = base_of(client)
+    status, registered = await register_status(
+        base, scope="memory:write", token_endpoint_auth_method="none"
+    )
+    assert status == 201, registered
+    agent = HandClient(base, registered["client_id"])
+    key = await make_key(client, kind="service", scopes=BOTH)
+    tokens = await agent.tokens(key, access="write")  # the page's "Read and write"
+    assert tokens["scope"] == "memory:read memory:write"
+    tokens = await agent.tokens(key, access="read")
+    assert tokens["scope"] == "memory:read"
+    write_only = await make_key(client, kind="service", scopes=["memory:write"])
+    answer = await consent(agent.authorization_url(pkce()[1]), write_only, access="write")
+    assert answer.status == 400 and "lacks memory:read" in answer.page
+
+
+async def authorization_responses(client: Client, issuer: str) -> list[dict[str, str]]:
+    """What comes back to a client: approved, denied, and refused by the authorization
+    endpoint itself (a foreign resource)."""
+    base = base_of(client)
+    agent = await HandClient.register(base)
+    key = await make_key(client, kind="service", scopes=BOTH)
+    answers = []
+    for decision, resource in (("approve", None), ("deny", None), ("", "https://evil.example")):
+        url = agent.authorization_url(pkce()[1], resource=resource).removeprefix(base)
+        location: str | None = (await client.get(url, allow_redirects=False)).headers["Location"]
+        if decision and location is not None:  # the consent page, reached on this test server
+            location = (await consent(base + location.removeprefix(issuer), key,
+                                      decision=decision)).location  # fmt: skip
+        answers.append(Answer(303, location, "").query)
+    return answers
+
+
+async def test_the_authorization_response_names_its_issuer(
+    make_client: Callable[[Settings], Awaitable[Client]], settings: Settings
+) -> None:
+    # (http: the page's CSRF cookie is Secure behind https, and this test client is not.)
+    for public_url in (None, "http://mneme.example.com"):
+        client = await make_client(settings.with_overrides(public_url=public_url))
+        issuer = public_url or base_of(client)
+        server = await (await client.get("/.well-known/oauth-authorization-server")).json()
+        assert server["issuer"] == issuer
+        assert server["authorization_response_iss_parameter_supported"] is True
+        approved, denied, refused = await authorization_responses(client, issuer)
+        assert "code" in approved and denied["error"] == "access_denied"
+        assert refused["error"] == "invalid_target"
+        assert approved["iss"] == denied["iss"] == refused["iss"] == issuer
+
+
+def test_serve_warns_when_the_issuer_would_come_from_the_host_header() -> None:
+    warned = issuer_warning(Settings(host="0.0.0.0"))  # noqa: S104 - what is judged
+    assert warned is not None and "MNEME_PUBLIC_URL" in warned
+    for quiet in (
+        Settings(host="127.0.0.1"),
+        Settings(host="localhost"),
+        Settings(host="::1"),
+        Settings(host="0.0.0.0", public_url="https://mneme.example.com"),  # noqa: S104
+    ):
+        assert issuer_warning(quiet) is None, quiet

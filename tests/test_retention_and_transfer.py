@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -303,6 +304,22 @@ async def test_the_janitor_runs_on_one_replica_at_a_time(
     # Given up (a replica shutting down does), it is free at once.
     await leases.release(conn, jobs.JANITOR_LEASE, "another:1")
     assert await jobs.janitor_pass(first.app, holder, retention=False)
+
+
+async def test_an_export_file_is_readable_by_its_owner_alone(
+    client: Client, db_url: str, tmp_path: Path
+) -> None:
+    # The export holds every memory of the store: not for the other users of the machine,
+    # whatever the umask, and an existing file left readable by all is narrowed too.
+    await write(client, {"text": "Brimblecombe is the vault code."})
+    fresh, existing = tmp_path / "fresh.jsonl", tmp_path / "existing.jsonl"
+    existing.write_text("old")
+    existing.chmod(0o644)
+    for out in (fresh, existing):
+        result = mneme(db_url, "export", "--store", "default", "-o", str(out))
+        assert result.returncode == 0, result.stderr
+        assert stat.S_IMODE(out.stat().st_mode) == 0o600, oct(out.stat().st_mode)
+        assert out.read_text().startswith('{"') and "Brimblecombe" in out.read_text()
 
 
 async def test_export_into_a_pipe_closed_early_ends_quietly(client: Client, db_url: str) -> None:

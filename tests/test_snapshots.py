@@ -26,6 +26,7 @@ from tests.helpers import (
     make_member,
     search,
     seed,
+    wait_for,
 )
 
 Make = Callable[[Settings], Awaitable[Client]]
@@ -44,7 +45,9 @@ MEMORIES: list[dict[str, Any]] = [
     {"text": "Lunch on Thursdays used to be pizza.", "importance": 0.2},
 ]  # fmt: skip
 
-QUERIES = ["Thursday lunch", "flights to Lisbon", "travel policy", "who holds the pager"]
+QUERIES = ["Thursday lunch", "flights to Lisbon", "travel policy", "who holds the pager",
+           # More words than the full-text arm takes (the rarest 32, in both paths).
+           " ".join(m["text"] for m in MEMORIES)]  # fmt: skip
 
 FILTERS: list[dict[str, Any] | None] = [
     None, {"category": "policy"}, {"include_superseded": False}, {"min_importance": 0.5},
@@ -213,3 +216,46 @@ async def test_the_memory_cap_bounds_what_is_held(
     assert small.app[SNAPSHOTS].held_bytes == 0  # ten memories take more than 4 KiB
     assert shown(again) == shown(out)
     assert retrievals(small, "snapshot") == retrievals(small, "checked") == 0
+
+
+async def test_an_erasure_drops_the_snapshots_holding_its_text_on_every_process(
+    make_client: Make, settings: Settings, db_url: str, embedder: SentenceTransformerEmbedder
+) -> None:
+    erasing, other = await make_client(settings), await make_client(settings)
+    resp = await erasing.post(
+        "/api/v1/stores/default/speakers", json={"name": "Caroline"}, headers=ADMIN
+    )
+    assert resp.status == 201
+    await seed(erasing, db_url, embedder, [
+        {"text": "Caroline walks Zephyrine the greyhound at dawn.", "speaker": "Caroline"},
+        {"text": "The team lunch is on Thursday at the Thai place."},
+    ])  # fmt: skip
+    workspace = await keys.key_workspace(erasing.app[POOL], BOOTSTRAP_KEY)
+    assert workspace is not None
+
+    def holds_her(client: Client) -> bool:
+        snap = client.app[SNAPSHOTS].guess(workspace, "default")
+        return snap is not None and any("Zephyrine" in r["text"] for r in snap.rows)
+
+    body = {"user_id": "default", "query": "greyhound Zephyrine", "max_results": 5}
+    for client in (erasing, other):
+        await search(client, body)
+        await client.app[SNAPSHOTS].settled()
+        assert holds_her(client)
+
+    resp = await erasing.post(
+        "/api/v1/erasures", json={"speaker": "Caroline", "store": "default"}, headers=ADMIN
+    )
+    assert resp.status == 200, await resp.text()
+    # At once where it was made; within a second on every other process, before any
+    # search there (each checks its snapshots' store versions).
+    assert not holds_her(erasing)
+
+    async def dropped() -> bool:
+        return not holds_her(other)
+
+    await wait_for(dropped, 5, "the other process dropping the erased text")
+    for client in (erasing, other):
+        out = await search(client, body)
+        await client.app[SNAPSHOTS].settled()
+        assert "Zephyrine" not in str(out) and not holds_her(client)

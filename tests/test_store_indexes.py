@@ -7,14 +7,17 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import asyncpg
 import numpy as np
 import numpy.typing as npt
+import pytest
 
 from service.ops import db
 from service.queries import search as sq, tenancy
 from service.queries.keys import Principal
+from service.queries.memories import Store
 from service.queries.search import SearchFilters
 from service.retrieval import store_indexes
 from service.settings import Settings
@@ -221,3 +224,79 @@ async def test_the_service_builds_the_index_of_a_store_past_the_line(
     else:
         raise AssertionError("the janitor built no index for the store")
     assert await conn.fetchval(INDEXDEF, store_indexes.index_name(ws, big))
+
+
+WRITE = """
+INSERT INTO memories (workspace_id, id, store_id, text, scope, provider, provider_ref,
+                      content_sha256, content_size_bytes, category, embedding, embedding_model,
+                      embedding_status)
+SELECT $1, 'mem_w' || to_char(g, 'FM0000'), $2, t, 'workspace', 'test', 'w' || g, md5(t), 16,
+       c, v::vector, 'test', 'ready'
+FROM unnest($3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS x(t, c, v, g)
+"""
+
+
+async def _write(
+    conn: asyncpg.Connection, ws: str, store: str, texts: list[str], categories: list[str]
+) -> None:
+    vectors = [str(v.tolist()) for v in _vectors(len(texts), seed=len(texts))]
+    await conn.execute(WRITE, ws, store, texts, categories, vectors)
+
+
+def _retrieval(
+    who: Principal, store: str, found: tuple[Store, sq.Profile], query: str, **extra: Any
+) -> sq.RetrievalRequest:
+    return sq.RetrievalRequest(
+        principal=who, store_id=store, profile=found[1], query_text=query,
+        vector=_vectors(1, seed=7)[0], **{"filters": SearchFilters(), "per_arm": 10, **extra},
+    )  # fmt: skip
+
+
+async def test_a_question_of_hundreds_of_words_is_matched_on_its_rarest_32(
+    conn: asyncpg.Connection,
+) -> None:
+    """A pasted page is not a scan of the store: the full-text arm matches and scores on
+    the question's MAX_QUERY_TERMS rarest lexemes, even unbounded by the match budget."""
+    ws, store, _ = await _stores(conn)
+    words = [f"zq{i:03d}" for i in range(300)]
+    await _write(conn, ws, store, [f"note {w}" for w in words], ["general"] * 300)
+    question = " ".join(words) + " note"  # 301 distinct lexemes; "note" in every memory
+    found = await sq.store_and_profile(conn, ws, store, question)
+    assert found is not None and len(found[1].lexemes) == 301
+    who = Principal("k", ws, "scale", "service", None, frozenset(), [])
+    values = sq.statement_values(
+        _retrieval(who, store, found, question, per_arm=1000), budget=sq.UNBOUNDED
+    )
+    ranks = await sq.text_ranks(conn, sq.STATEMENTS[True, "all"], values)
+    texts = {r["id"]: r["text"] for r in await conn.fetch("SELECT id, text FROM memories")}
+    assert sq.MAX_QUERY_TERMS == 32
+    # The 32 rarest (one memory each; ties in byte order), never the word of every memory.
+    assert {texts[i] for i in ranks} == {f"note {w}" for w in words[:32]}
+
+
+async def test_the_fallback_to_an_exact_scan_keeps_the_full_text_arms_budget(
+    conn: asyncpg.Connection, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A filter passes fewer memories than the HNSW walk was asked for, so the vector arm
+    is answered by the exact scan; the full-text arm, which does not depend on the index,
+    keeps its match budget instead of matching every word of the question in the whole
+    store (the fallback's cost was linear in the store and in the question's length)."""
+    ws, big, _ = await _stores(conn)
+    texts = [f"common memory {i}" for i in range(300)]
+    texts[60] = "common memory with zucchini"
+    categories = ["rare" if i % 60 == 0 else "general" for i in range(300)]
+    await _write(conn, ws, big, texts, categories)
+    assert await store_indexes.reconcile(db_url, 200) is not None
+    await db._init_connection(conn)
+    found = await sq.store_and_profile(conn, ws, big, "zucchini common")
+    assert found is not None
+    who = Principal("k", ws, "scale", "service", None, frozenset(), [])
+    rare = SearchFilters(categories=["rare"])  # 5 memories, fewer than the 10 asked for
+    monkeypatch.setattr(sq, "MATCH_BUDGET", 1)  # the rarest word only: "zucchini"
+    # exact=False: the path of a store past EXACT_BELOW, which has its own index.
+    asked = _retrieval(who, big, found, "zucchini common", filters=rare, exact=False)
+    got = await sq.candidates(conn, asked)
+    ids = {r["text"]: r["id"] for r in await conn.fetch("SELECT id, text FROM memories")}
+    rare_ids = {ids[t] for t, c in zip(texts, categories, strict=True) if c == "rare"}
+    assert {c.id for c in got} == rare_ids  # the exact scan brought every one
+    assert {c.id for c in got if c.fts_rank is not None} == {ids["common memory with zucchini"]}

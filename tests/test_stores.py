@@ -317,6 +317,49 @@ async def test_update_with_precondition(client: Client, conn: asyncpg.Connection
     assert await conn.fetchval("SELECT path FROM memories") == "plan.md"
 
 
+async def test_metadata_over_64_kib_of_json_is_refused_and_nothing_changes(
+    client: Client, conn: asyncpg.Connection
+) -> None:
+    store = await new_store(client)
+    over = {"k": "x" * (65_536 - 7)}  # {"k":"…"}: 65,537 bytes
+    resp = await client.post(
+        f"{BASE}/{store['id']}/memories",
+        json={"path": "big.md", "content": "x", "metadata": over},
+        headers=ADMIN,
+    )
+    assert "65536 bytes" in await plain_error(resp, 400, "invalid_request_error")
+    m = await put(client, store["id"], "small.md", "x", metadata={"a": "1"})
+    url = f"{BASE}/{store['id']}/memories/{m['id']}"
+    resp = await client.post(url, json={"metadata": over}, headers=ADMIN)
+    assert "64 KiB" in await plain_error(resp, 400, "invalid_request_error")
+    assert await conn.fetchval("SELECT count(*) FROM memories") == 1
+    assert (await ok(await client.get(url, headers=ADMIN)))["metadata"] == {"a": "1"}
+
+
+async def test_versions_are_paged_as_the_write_apis_are(client: Client) -> None:
+    store = await new_store(client)
+    m = await put(client, store["id"], "log.md", "v0")
+    url = f"{BASE}/{store['id']}/memories/{m['id']}"
+    for i in range(1, 5):
+        await ok(await client.post(url, json={"content": f"v{i}"}, headers=ADMIN))
+    everything = await ok(await client.get(url + "/versions", headers=ADMIN))
+    assert len(everything["data"]) == 5 and everything["has_more"] is False
+    assert everything["next_cursor"] is None
+    seen: list[str] = []
+    query = "limit=2"
+    while True:
+        page = await ok(await client.get(f"{url}/versions?{query}", headers=ADMIN))
+        assert len(page["data"]) <= 2
+        seen += [v["id"] for v in page["data"]]
+        if not page["has_more"]:
+            break
+        query = f"limit=2&cursor={page['next_cursor']}"
+    assert seen == [v["id"] for v in everything["data"]]
+    for limit in ("0", "101", "abc"):
+        resp = await client.get(f"{url}/versions?limit={limit}", headers=ADMIN)
+        assert "limit" in await plain_error(resp, 400, "invalid_request_error")
+
+
 async def test_concurrent_updates_with_one_precondition_one_wins(client: Client) -> None:
     store = await new_store(client)
     m = await put(client, store["id"], "race.md", "base")

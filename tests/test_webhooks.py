@@ -197,6 +197,8 @@ async def test_a_bad_webhook_is_a_400_and_makes_nothing(
         "http://0.0.0.0/hook",
         "http://[64:ff9b::a9fe:a9fe]/",  # NAT64 of the metadata service
         "http://[::127.0.0.1]/hook",  # IPv4-compatible
+        "http://[::ffff:0:127.0.0.1]/hook",  # IPv4-translated (RFC 6145) of loopback
+        "http://[::ffff:0:10.0.0.1]/hook",  # and of a private address
         "http://[2002:7f00:1::]/hook",  # 6to4 of loopback
         "http://[fec0::1]/hook",  # site-local
         "http://\uff11\uff12\uff17.0.0.1/hook",  # full-width digits, as yarl folds them
@@ -213,6 +215,16 @@ async def test_private_addresses_are_refused_unless_allowed(
     assert resp.status == 400, await resp.text()
     message = (await resp.json())["error"]["message"]
     assert "not a public address" in message or "not an address in its usual form" in message
+
+
+@pytest.mark.parametrize(
+    "address",
+    ["8.8.8.8", "2606:4700:4700::1111", "::ffff:8.8.8.8", "::ffff:0:8.8.8.8", "64:ff9b::808:808"],
+)
+def test_a_public_address_is_accepted_in_every_form_that_wraps_it(address: str) -> None:
+    assert outbound.public(address)
+    url = f"http://[{address}]/hook" if ":" in address else f"http://{address}/hook"
+    assert outbound.url_problem(url, allow_private=False) is None
 
 
 async def test_webhooks_need_the_admin_scope(client: Client, receiver: Receiver) -> None:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
 import pytest
 
+from service.settings import Settings
 from tests.helpers import ADMIN, Client, auth, make_key, make_member
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
@@ -412,6 +414,7 @@ BAD_INPUTS: list[tuple[Any, int, str]] = [
     ({"text": "x", "eventDate": "yesterday"}, 400, "eventDate"),
     ({"text": "x", "metadata": {f"k{i}": "v" for i in range(17)}}, 400, "16"),
     ({"text": "x", "metadata": {"k": 1}}, 400, "metadata"),
+    ({"text": "x", "metadata": {"k": "x" * 65_529}}, 400, "65536"),  # 65,537 bytes of JSON
     ({"text": "x", "proofCount": -1}, 400, "proofCount"),
     ({"text": "x", "colour": "red"}, 400, "colour"),
     ({"text": "x", "path": "/abs"}, 400, "path"),
@@ -574,6 +577,68 @@ async def test_patch_refuses_bad_values_and_leaves_the_memory_alone(client: Clie
     assert got == {k: v for k, v in m.items() if k not in ("deduplicated", "upserted")}
 
 
+# {"k":"…"}: eight bytes of JSON around the value.
+AT_THE_CAP = {"k": "x" * (65_536 - 8)}
+OVER_THE_CAP = {"k": "x" * (65_536 - 7)}
+
+
+async def test_metadata_is_capped_at_64_kib_of_json_on_every_write(
+    client: Client, conn: asyncpg.Connection
+) -> None:
+    status, m = await post(client, {"text": "at the cap", "metadata": AT_THE_CAP})
+    assert status == 201 and m["metadata"] == AT_THE_CAP
+    batch = {"memories": [{"text": "fine"}, {"text": "too much", "metadata": OVER_THE_CAP}]}
+    status, answer = await post(client, batch)
+    assert status == 400, answer
+    message = answer["error"]["message"]
+    assert "memories[1]" in message and "65536 bytes (64 KiB)" in message
+    url = f"/api/v1/memories/{m['id']}"
+    resp = await client.patch(url, json={"metadata": OVER_THE_CAP}, headers=ADMIN)
+    assert resp.status == 400
+    assert (await resp.json())["error"]["type"] == "invalid_request_error"
+    assert await count(conn) == 1 and await count(conn, "memory_versions") == 1
+    assert (await (await client.get(url, headers=ADMIN)).json())["metadata"] == AT_THE_CAP
+
+
+async def test_versions_come_in_pages_newest_first(
+    client: Client, conn: asyncpg.Connection
+) -> None:
+    _, m = await post(client, {"text": "tagged often"})
+    url = f"/api/v1/memories/{m['id']}/versions"
+    for i in range(120):
+        patch = {"metadata": {"n": str(i)}}
+        resp = await client.patch(f"/api/v1/memories/{m['id']}", json=patch, headers=ADMIN)
+        assert resp.status == 200
+    rows = await conn.fetch("SELECT id FROM memory_versions ORDER BY id DESC")
+    first = await (await client.get(url, headers=ADMIN)).json()
+    assert len(first["data"]) == 50 and first["has_more"] is True
+    seen, cursor = [v["id"] for v in first["data"]], first["next_cursor"]
+    pages = [len(seen)]
+    while cursor is not None:
+        page = await (await client.get(f"{url}?include=text&cursor={cursor}", headers=ADMIN)).json()
+        assert all(v["text"] == "tagged often" for v in page["data"])
+        seen += [v["id"] for v in page["data"]]
+        pages.append(len(page["data"]))
+        cursor = page["next_cursor"]
+        assert (cursor is not None) == page["has_more"]
+    assert pages == [50, 50, 21]
+    assert seen == [r["id"] for r in rows]  # no overlap, no gap, newest first
+    small = await (await client.get(f"{url}?limit=100", headers=ADMIN)).json()
+    assert [v["id"] for v in small["data"]] == seen[:100]
+    # A cursor that is not one of ours is ignored, as the browse face's: from the top.
+    odd = await (await client.get(f"{url}?cursor=not-a-cursor", headers=ADMIN)).json()
+    assert odd["data"] == first["data"]
+
+
+@pytest.mark.parametrize("limit", ["0", "101", "abc", "-1", "2.5"])
+async def test_a_versions_limit_outside_1_to_100_is_refused(client: Client, limit: str) -> None:
+    _, m = await post(client, {"text": "few versions"})
+    resp = await client.get(f"/api/v1/memories/{m['id']}/versions?limit={limit}", headers=ADMIN)
+    assert resp.status == 400
+    error = (await resp.json())["error"]
+    assert error["type"] == "invalid_request_error" and "limit" in error["message"]
+
+
 async def test_archive_and_restore(client: Client) -> None:
     _, m = await post(client, {"text": "weeded"})
     url = f"/api/v1/memories/{m['id']}"
@@ -667,6 +732,51 @@ async def test_speakers(client: Client) -> None:
     assert (await client.delete(base + "/me", headers=ADMIN)).status == 409
     status, _ = await post(client, {"text": "again", "speaker": "Caroline"})
     assert status == 404
+
+
+async def test_a_store_registers_speakers_up_to_its_limit(
+    make_client: Callable[[Settings], Awaitable[Client]], settings: Settings
+) -> None:
+    client = await make_client(settings.with_overrides(max_speakers_per_store=3))
+    base = "/api/v1/stores/default/speakers"
+    for name in ("A", "B", "C"):
+        assert (await client.post(base, json={"name": name}, headers=ADMIN)).status == 201
+    resp = await client.post(base, json={"name": "D"}, headers=ADMIN)
+    assert resp.status == 409
+    error = (await resp.json())["error"]
+    assert error["type"] == "conflict_error"
+    assert "3 speakers" in error["message"] and "MNEME_MAX_SPEAKERS_PER_STORE" in error["message"]
+    # One already registered is named as such, full or not; "me" is not counted.
+    resp = await client.post(base, json={"name": "A"}, headers=ADMIN)
+    assert "already registered" in (await resp.json())["error"]["message"]
+    listed = (await (await client.get(base, headers=ADMIN)).json())["data"]
+    assert [s["name"] for s in listed] == ["me", "A", "B", "C"]
+    # Removing one makes room; the limit is each store's.
+    assert (await client.delete(base + "/A", headers=ADMIN)).status == 204
+    assert (await client.post(base, json={"name": "D"}, headers=ADMIN)).status == 201
+    body = {"name": "other"}
+    resp = await client.post("/api/v1/forward/memory_stores", json=body, headers=ADMIN)
+    assert resp.status == 201, await resp.text()
+    other = f"/api/v1/stores/{(await resp.json())['id']}/speakers"
+    assert (await client.post(other, json={"name": "E"}, headers=ADMIN)).status == 201
+
+
+async def test_concurrent_registrations_never_pass_the_limit(
+    make_client: Callable[[Settings], Awaitable[Client]],
+    settings: Settings,
+    conn: asyncpg.Connection,
+) -> None:
+    client = await make_client(settings.with_overrides(max_speakers_per_store=3, pool_max=8))
+    base = "/api/v1/stores/default/speakers"
+    for _ in range(3):  # rounds: the last two start full, then with room after deletes
+        statuses = await asyncio.gather(
+            *(client.post(base, json={"name": f"S{n}"}, headers=ADMIN) for n in range(12))
+        )
+        assert sorted(r.status for r in statuses).count(409) >= 9
+        assert await conn.fetchval("SELECT count(*) FROM speakers") == 3
+        gone = await conn.fetch("SELECT name FROM speakers ORDER BY name LIMIT 2")
+        for row in gone:
+            assert (await client.delete(f"{base}/{row['name']}", headers=ADMIN)).status == 204
 
 
 async def test_writes_bump_the_store_version_and_notify_workers(

@@ -1,17 +1,19 @@
 """The consent page: a person approves (or denies) an OAuth client with a Mneme key.
 
 ``GET /oauth/consent?request=<id>`` is where ``/oauth/authorize`` sends the browser: the
-client's name and the host it will send the person back to, read or read + write (write
-only when the client asked for it), the default store, and a field for the person's Mneme
-key, the proof of who they are (a personal key acts as its member). The key travels in
-the form's body, never a URL, and is not logged.
+client's name and where it will send the person back to (the scheme and host the browser
+will go to, as ``queries.oauth.redirect_target`` reads the redirect URI), read or
+read + write (write only when the client asked for it), the default store, and a field
+for the person's Mneme key, the proof of who they are (a personal key acts as its
+member). The key travels in the form's body, never a URL, and is not logged.
 
 ``POST /oauth/consent`` answers: approve makes the grant and a single-use code and sends
 the browser to the client's redirect URI with it; deny sends it there with
-``error=access_denied``. CSRF: the page sets a fresh random token in an ``HttpOnly``,
-``SameSite=Strict`` cookie and in the form, and stores its hash with the request; the
-answer must carry both, equal, and matching. The page cannot be framed
-(``frame-ancestors 'none'``) and loads nothing (``default-src 'none'``).
+``error=access_denied``; both name the issuer (RFC 9207's ``iss``). CSRF: the page sets
+a fresh random token in an ``HttpOnly``, ``SameSite=Strict`` cookie and in the form, and
+stores its hash with the request; the answer must carry both, equal, and matching. The
+page cannot be framed (``frame-ancestors 'none'``) and loads nothing
+(``default-src 'none'``).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ HEADERS = {
     "Referrer-Policy": "no-referrer",
     "X-Content-Type-Options": "nosniff",
 }
+NOT_OURS = "This is not the form the consent page sends. Start again from the app that sent you."
 GONE = (
     "This sign-in request has expired, was already answered, or was not opened here. "
     "Start again from the app that sent you."
@@ -66,9 +69,11 @@ input[type=password], input[type=text] {{ width: 100%; padding: .4rem; box-sizin
 
 
 def _requested(pending: oauth.Pending, metadata: dict[str, Any]) -> list[str]:
-    """The scopes the client asked for (its registered ones when it named none)."""
+    """What the page offers: read, and write when the client asked for it (in the request,
+    else when registering). Every grant reads (0021's constraint): a client that asked only
+    to write is offered what the page says, read and write, or read only."""
     named = pending.params.get("scopes") or (metadata.get("scope") or "").split()
-    return [s for s in SCOPES if s in named] or ["memory:read"]
+    return ["memory:read"] + (["memory:write"] if "memory:write" in named else [])
 
 
 def _form(
@@ -80,7 +85,7 @@ def _form(
     store: str = "default",
 ) -> str:
     name = metadata.get("client_name") or pending.client_id
-    host = oauth.redirect_host(pending.params["redirect_uri"])
+    host = oauth.redirect_target(pending.params["redirect_uri"])
     writes = "memory:write" in _requested(pending, metadata)
     write_choice = (
         '<label><input type="radio" name="access" value="write" checked> '
@@ -148,7 +153,10 @@ def _field(form: dict[str, list[str]], name: str) -> str:
 
 async def answer(request: web.Request) -> web.Response:
     """POST: approve or deny; either way the browser goes back to the client."""
-    form = parse_qs((await body_of(request)).decode("utf-8", "replace"), max_num_fields=20)
+    try:
+        form = parse_qs((await body_of(request)).decode("utf-8", "replace"), max_num_fields=20)
+    except ValueError:  # over max_num_fields: not a form this page sent
+        return _page("Not this page's form", f"<h1>Too many fields</h1><p>{NOT_OURS}</p>", 400)
     request_id, csrf = _field(form, "request"), _field(form, "csrf")
     cookie = request.cookies.get(COOKIE, "")
     pool = request.app[POOL]
@@ -206,7 +214,12 @@ async def _send_back(
         pending = await oauth.take_request(conn, request_id, csrf)
         if pending is None:  # answered meanwhile (a double submit)
             return _page("Request expired", f"<h1>Request expired</h1><p>{GONE}</p>", 403)
-        params: dict[str, str | None] = {"state": pending.params.get("state")}
+        # RFC 9207: the issuer, so a client talking to several servers knows whose answer
+        # this is (the SDK's own error redirects get it in service.faces.oauth).
+        params: dict[str, str | None] = {
+            "state": pending.params.get("state"),
+            "iss": public_base(request),
+        }
         if approval is not None:
             params["code"] = await oauth.grant_with_code(conn, pending, approval)
         else:

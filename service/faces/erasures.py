@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 from aiohttp import web
 
-from service.app_keys import POOL
+from service.app_keys import POOL, SNAPSHOTS
 from service.http.inputs import read_body
 from service.http.json import json_response
 from service.http.middleware import principal_of
@@ -29,4 +29,7 @@ async def create_erasure(request: web.Request) -> web.Response:
     body = await read_body(request, ErasureIn)
     target = erasure.Target(member=body.member, speaker=body.speaker, store=body.store)
     erased = await erasure.erase(request.app[POOL], principal.workspace_id, target)
+    # Not one search more with the erased text in this process's memory; other processes
+    # drop theirs when they see the store versions the erasure stamped (Snapshots.sweep).
+    request.app[SNAPSHOTS].drop_workspace(principal.workspace_id)
     return json_response(erasure.erased_object(erased))

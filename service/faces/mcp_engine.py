@@ -103,7 +103,7 @@ async def _write_memory(app: web.Application, principal: Principal, memory: Json
     """``POST /api/v1/memories`` with one memory and no Idempotency-Key."""
     batch = items.decode_items(_encoded(memory))
     [written] = await engine.apply(write_pools(app), rules.WriteContext(principal), batch)
-    return written_object(written)
+    return written_object(principal, written, batch.items[0])
 
 
 async def _search(app: web.Application, principal: Principal, request: Json) -> Json:

@@ -9,7 +9,11 @@
 - ``/oauth/authorize``, ``/oauth/token``, ``/oauth/register`` and ``/oauth/revoke`` are
   the official MCP SDK's handlers (``mcp.server.auth.handlers``), served through the ASGI
   bridge as ``/mcp`` is, over ``service.oauth.provider`` (PostgreSQL). Their answers are
-  the SDK's, in OAuth's error shape (RFC 6749 §5.2), not the service's.
+  the SDK's, in OAuth's error shape (RFC 6749 §5.2), not the service's; what is refused
+  before a request reaches them (a body of the wrong type, 415; a registration body over
+  64 KiB, 413; too many registrations from one address, 429) is in the service's.
+- Registration needs no key, so it is bounded (``service.oauth.registration``); every
+  authorization response names the issuer (RFC 9207's ``iss``), the consent page's too.
 - ``GET /api/v1/oauth/grants`` lists the clients the calling key connected (an admin key:
   the workspace's); ``DELETE /api/v1/oauth/grants/{grant_id}`` disconnects one: its
   tokens stop working at once.
@@ -17,6 +21,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +29,7 @@ from aiohttp import web
 from mcp.server.auth.handlers.authorize import AuthorizationHandler
 from mcp.server.auth.handlers.register import RegistrationHandler
 from mcp.server.auth.handlers.token import TokenHandler
+from mcp.server.auth.provider import RegistrationError, construct_redirect_uri
 from mcp.server.auth.settings import ClientRegistrationOptions
 from mcp.shared.auth import OAuthMetadata, ProtectedResourceMetadata
 from starlette.routing import request_response
@@ -31,10 +37,12 @@ from starlette.routing import request_response
 from service.app_keys import POOL, SETTINGS
 from service.http.asgi import ASGIApp, serve_asgi
 from service.http.errors import ApiError
+from service.http.inputs import body_of
 from service.http.json import json_response
 from service.http.middleware import principal_of
 from service.http.public import mcp_resource, public_base
 from service.http.route import Handler
+from service.oauth import registration
 from service.oauth.provider import CONSENT_PATH, SCOPES, HashedClientAuthenticator, Provider
 from service.oauth.revocation import PublicRevocationHandler
 from service.problems import NotFound
@@ -53,6 +61,7 @@ CORS = {
     "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
     "Access-Control-Allow-Headers": "Authorization, Content-Type, MCP-Protocol-Version",
 }
+NO_STORE = {"Cache-Control": "no-store"}
 REGISTRATION = ClientRegistrationOptions(enabled=True, valid_scopes=SCOPES, default_scopes=SCOPES)
 
 
@@ -83,6 +92,7 @@ def authorization_server(request: web.Request) -> dict[str, Any]:
         token_endpoint_auth_methods_supported=CLIENT_AUTH_METHODS,
         revocation_endpoint_auth_methods_supported=CLIENT_AUTH_METHODS,
         code_challenge_methods_supported=["S256"],
+        authorization_response_iss_parameter_supported=True,  # RFC 9207
     )
     return document.model_dump(mode="json", exclude_none=True)
 
@@ -137,14 +147,73 @@ def _served(
 
 
 # The authorization endpoint is a page a browser is sent to, never called across origins.
-authorize = _served(lambda p: request_response(AuthorizationHandler(p).handle), cors=False)
+_authorize = _served(lambda p: request_response(AuthorizationHandler(p).handle), cors=False)
 token = _served(lambda p: request_response(TokenHandler(p, HashedClientAuthenticator(p)).handle))
-register = _served(
+_register = _served(
     lambda p: request_response(RegistrationHandler(p, REGISTRATION).handle), form=False
 )
 revoke = _served(
     lambda p: request_response(PublicRevocationHandler(p, HashedClientAuthenticator(p)).handle)
 )
+
+
+async def authorize(request: web.Request) -> web.StreamResponse:
+    """The SDK's authorization endpoint. An error it sends back to the client names the
+    issuer too (RFC 9207, advertised: a client that reads the flag refuses a response
+    without it); a request it accepts goes on to the consent page, which names it there."""
+    response = await _authorize(request)
+    location = response.headers.get("Location")
+    if location is not None and not location.startswith(public_base(request) + CONSENT_PATH):
+        response.headers["Location"] = construct_redirect_uri(location, iss=public_base(request))
+    return response
+
+
+async def register(request: web.Request) -> web.StreamResponse:
+    """Dynamic client registration, bounded (``service.oauth.registration``): the body's
+    size before it is read or parsed, the client address's registrations this hour, the
+    metadata's sizes and redirect URIs; then the SDK's handler."""
+    limit = registration.MAX_BODY_BYTES
+    too_large = ApiError(
+        413, f"A registration body may be at most {limit // 1024} KiB", headers=dict(CORS)
+    )
+    if (request.content_length or 0) > limit:
+        raise too_large
+    await _count_registration(request)
+    if len(await body_of(request)) > limit:  # sent without a Content-Length
+        raise too_large
+    try:
+        registration.check_metadata(await body_of(request))
+    except RegistrationError as e:
+        refused = {"error": e.error, "error_description": e.error_description}
+        return json_response(refused, status=400, headers={**CORS, **NO_STORE})
+    return await _register(request)
+
+
+async def _count_registration(request: web.Request) -> None:
+    """Counted per address in PostgreSQL, so the limit holds across processes; over it, 429."""
+    limit = request.app[SETTINGS].oauth_registrations_per_hour
+    retry_after = await oauth.count_registration(request.app[POOL], client_address(request), limit)
+    if retry_after is not None:
+        raise ApiError(
+            429,
+            f"Over {limit} registrations an hour from this address; retry after {retry_after} s",
+            headers={**CORS, "Retry-After": str(retry_after)},
+            retry_after=retry_after,
+        )
+
+
+def client_address(request: web.Request) -> str:
+    """Whom a registration is counted against: the peer's address, an IPv6 one's /64 (what
+    one host is usually given)."""
+    try:
+        address = ipaddress.ip_address(request.remote or "")
+    except ValueError:
+        return request.remote or ""
+    if not isinstance(address, ipaddress.IPv6Address):
+        return str(address)
+    if address.ipv4_mapped is not None:
+        return str(address.ipv4_mapped)
+    return str(ipaddress.ip_network(f"{address}/64", strict=False))
 
 
 # --- connected clients --------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -72,3 +73,38 @@ def memory_object(m: Memory) -> dict[str, Any]:
         "contentSha256": m.content_sha256,
         "embeddingStatus": m.embedding_status,
     }
+
+
+# The wire fields each column a write sets shows (the write API's names).
+WIRE_FIELDS = {
+    "text": ("text", "contentSha256"),
+    "scope": ("scope",),
+    "tier": ("tier",),
+    "fact_type": ("factType",),
+    "status": ("status",),
+    "provider": ("provider",),
+    "provider_ref": ("providerRef",),
+    "entity_refs": ("entityRefs",),
+    "proof_count": ("proofCount",),
+    "first_seen_at": ("firstSeenAt",),
+    "last_used_at": ("lastUsedAt",),
+    "speaker": ("speaker",),
+    "event_date": ("eventDate",),
+    "importance": ("importance",),
+    "category": ("category",),
+    "path": ("path",),
+    "metadata": ("metadata",),
+    "store": ("store",),  # the store a write named (``DEDUPED`` and ``written_answer``)
+}
+# What every answer to a write carries, whoever asks: which memory, and what it is now.
+RECEIPT_FIELDS = ("id", "status", "deduplicated", "upserted")
+
+
+def receipt(full: dict[str, Any], wrote: Iterable[str]) -> dict[str, Any]:
+    """``full`` cut down to what a key that may write but not read may see: the memory's
+    id and status, and the fields of the columns it ``wrote`` (their value is then
+    what it sent). Nothing else that was stored: not the text, not a field, not a count."""
+    shown = set(RECEIPT_FIELDS)
+    for column in wrote:
+        shown.update(WIRE_FIELDS.get(column, ()))
+    return {k: v for k, v in full.items() if k in shown}

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import asyncpg
 import msgspec
 from aiohttp import web
 
-from service.app_keys import POOL
+from service.app_keys import POOL, SETTINGS
 from service.http.inputs import read_body
 from service.http.json import json_response
 from service.http.middleware import principal_of
 from service.problems import Conflict, NotFound
 from service.queries import memories
 from service.times import iso
-from service.write.fields import check_speaker_name
+from service.write.fields import check_speaker_name, speakers_full
 
 
 class SpeakerIn(msgspec.Struct, forbid_unknown_fields=True):
@@ -43,13 +42,16 @@ async def add_speaker(request: web.Request) -> web.Response:
     if name == "me":
         raise Conflict("Speaker 'me' (the agent itself) always exists")
     workspace = principal_of(request).workspace_id
-    try:
-        added = await memories.add_speaker(request.app[POOL], workspace, store.id, name)
-    except asyncpg.ForeignKeyViolationError:  # the store was deleted since it was looked up
-        raise NotFound(f"Store {store.id!r} not found") from None
-    if added is None:
+    limit = request.app[SETTINGS].max_speakers_per_store
+    async with request.app[POOL].acquire() as conn:
+        added = await memories.add_speaker(conn, workspace, store.id, name, limit=limit)
+    if added.outcome == "no store":  # deleted since it was looked up
+        raise NotFound(f"Store {store.id!r} not found")
+    if added.outcome == "exists":
         raise Conflict(f"Speaker {name!r} is already registered in store {store.name!r}")
-    return json_response({"name": added[0], "created_at": iso(added[1])}, status=201)
+    if added.outcome == "full" or added.created_at is None:
+        raise speakers_full(store.name, limit)
+    return json_response({"name": name, "created_at": iso(added.created_at)}, status=201)
 
 
 async def delete_speaker(request: web.Request) -> web.Response:

@@ -324,15 +324,27 @@ async def update_path_memory(
         memory = await _path_memory(conn, principal, store, memory_id, for_update=True)
         if body.path is not UNSET and body.path != memory.path:
             raise Invalid("path is immutable: write a new memory at the new path instead")
-        if _changes(memory, body):
+        if _changes(memory, body, principal.reads):
             patch = items.MemoryPatch(text=body.content, metadata=body.metadata)
             memory = await rules.patch(
                 conn, rules.WriteContext(principal), memory.id, items.columns_of(patch)
             )
-    return full_object(memory)
+    full = full_object(memory)
+    return full if principal.reads else _receipt(full, body)
 
 
-def _changes(memory: Memory, body: PathMemoryUpdate) -> bool:
+def _receipt(full: dict[str, Any], body: PathMemoryUpdate) -> dict[str, Any]:
+    """What a key that may write but not read sees of the memory it updated: which one,
+    and what it sent (SPEC §9)."""
+    shown = {"id", "type", "memory_store_id"}
+    if body.content is not UNSET:
+        shown |= {"content", "content_size_bytes", "content_sha256"}
+    if body.metadata is not UNSET:
+        shown.add("metadata")
+    return {k: v for k, v in full.items() if k in shown}
+
+
+def _changes(memory: Memory, body: PathMemoryUpdate, reader: bool) -> bool:
     """Whether ``body`` changes ``memory``; a 409 if its precondition is stale."""
     content = memory.text if body.content is UNSET else body.content
     metadata = memory.metadata if body.metadata is UNSET else body.metadata
@@ -341,9 +353,10 @@ def _changes(memory: Memory, body: PathMemoryUpdate) -> bool:
     # A stale precondition is fine when the request is already the stored state (a
     # retry of an update that applied): answer as if it just did.
     if stale and not unchanged:
+        stored = f" (stored: {memory.content_sha256})" if reader else ""
         raise Conflict(
             "content_sha256 does not match the stored content: it changed since you "
-            f"read it (stored: {memory.content_sha256})"
+            f"read it{stored}"
         )
     return not unchanged
 
@@ -357,14 +370,9 @@ async def delete_memory(request: web.Request) -> web.Response:
             conn, principal, store, request.match_info["memory_id"], for_update=True
         )
         await rules.delete(conn, ctx, memory.id)
-    return json_response(
-        {
-            "id": memory.id,
-            "type": "memory_deleted",
-            "memory_store_id": store.id,
-            "path": memory.path,
-        }
-    )
+    deleted = {"id": memory.id, "type": "memory_deleted", "memory_store_id": store.id}
+    # The path is a stored field: only a key that may read it is told.
+    return json_response({**deleted, "path": memory.path} if principal.reads else deleted)
 
 
 async def list_versions(request: web.Request) -> web.Response:
@@ -372,7 +380,7 @@ async def list_versions(request: web.Request) -> web.Response:
     principal = principal_of(request)
     pool = request.app[READ_POOL]
     memory = await _path_memory(pool, principal, store, request.match_info["memory_id"])
-    return json_response(await versions_body(pool, principal, memory.id))
+    return json_response(await versions_body(pool, principal, memory.id, request.query))
 
 
 async def list_memories(request: web.Request) -> web.Response:

@@ -9,6 +9,7 @@ import ipaddress
 from aiohttp import web
 
 from service.http.keys import SETTINGS
+from service.settings import Settings
 
 # RFC 9728's document for the service as a whole; the same document is also served at
 # this path plus ``/mcp`` (the resource's own path, where RFC 9728 §3.1 puts it).
@@ -43,3 +44,16 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def issuer_warning(settings: Settings) -> str | None:
+    """What ``mneme serve`` warns of at start, if anything: without ``MNEME_PUBLIC_URL``
+    the OAuth issuer and endpoints are named from each request's Host header, which a
+    client from off this machine chooses."""
+    if settings.public_url is not None or is_loopback(settings.host):
+        return None
+    return (
+        f"MNEME_PUBLIC_URL is unset and Mneme listens on {settings.host}: the OAuth issuer "
+        "and endpoints are named from each request's Host header. Set MNEME_PUBLIC_URL to "
+        "the URL people reach Mneme at."
+    )

@@ -29,6 +29,7 @@ from aiohttp.web_request import BaseRequest
 from aiohttp.web_runner import GracefulExit
 
 from service.http.errors import ApiError, render_error
+from service.http.public import issuer_warning
 from service.ids import new_id
 from service.settings import Settings
 
@@ -169,6 +170,8 @@ def serve(
     never returns (the model failed to load: the log says why).
     """
     sys.setswitchinterval(SWITCH_INTERVAL_S)
+    if (warning := issuer_warning(settings)) is not None:
+        log.warning(warning)
 
     async def main() -> None:
         runner = runner_for(app, settings, handle_signals=True)

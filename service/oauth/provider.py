@@ -7,7 +7,8 @@ the token request (the code's client and expiry, the redirect URI again, the PKC
 verifier against the challenge, refresh scopes within the original). This class stores
 and spends what they validated, and adds what the SDK leaves to a provider:
 
-- a redirect URI must be https, or http on a loopback host (``register_client``);
+- a redirect URI must be https, or http on a loopback host, and its host plain to see
+  (``register_client``, ``service.oauth.registration``);
 - the resource indicator (RFC 8707), when sent, must be this server's ``/mcp``;
 - a code or refresh token presented a second time revokes its grant, so a stolen one is
   worth nothing once its owner has used it (OAuth 2.1 §4.3.1, §6.1);
@@ -26,7 +27,7 @@ import hmac
 import time
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
 import asyncpg
 from mcp.server.auth.middleware.client_auth import AuthenticationError, ClientAuthenticator
@@ -43,7 +44,7 @@ from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
 from starlette.requests import Request
 
 from service.decoding import nul_path, string_problem
-from service.http.public import is_loopback
+from service.oauth.registration import check_redirect_uri
 from service.queries import oauth
 
 SCOPES = ["memory:read", "memory:write"]
@@ -60,21 +61,6 @@ class GrantRefreshToken(RefreshToken):
 
 class GrantAccessToken(AccessToken):
     grant_id: str
-
-
-def check_redirect_uri(uri: str) -> None:
-    """https anywhere, http only back to this machine (a native app's loopback listener);
-    nothing else (no custom schemes, no fragments: RFC 6749 §3.1.2)."""
-    parts = urlsplit(uri)
-    host = parts.hostname or ""
-    if parts.fragment or not host:
-        raise RegistrationError("invalid_redirect_uri", f"{uri!r} is not a redirect URI")
-    if parts.scheme == "https" or (parts.scheme == "http" and is_loopback(host)):
-        return
-    raise RegistrationError(
-        "invalid_redirect_uri",
-        f"redirect URIs must be https, or http on a loopback host; {uri!r} is neither",
-    )
 
 
 def _token_fields(row: asyncpg.Record) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from service.queries import (
     idempotency,
     leases,
     memories,
+    oauth,
     ratelimit,
     search_stats,
     stores,
@@ -112,6 +113,7 @@ async def janitor_pass(app: web.Application, holder: str, *, retention: bool) ->
         await search_stats.compact_stats(conn)
         await stores.prune_versions(conn)
         await webhooks.prune(conn)
+        await oauth.prune(conn)
     while retention:
         async with pool.acquire() as conn, conn.transaction():
             archived = await memories.archive_due(conn, settings.transitory_idle_s)

@@ -7,6 +7,11 @@ them, what receivers answered to their webhook deliveries, the search
 statistics' terms they alone had (folded at once, not left as +1/-1 deltas), and the
 speaker's registration. Webhooks are told ``memory.deleted`` (the outbox trigger). Usage
 rows keep their counts: they hold no text.
+
+A member's edits of memories someone else wrote are taken out of them, not the memories:
+``EDITED`` and ``HISTORY`` read what she changed, ``REDACT`` blanks what she wrote in the
+audit trail, and ``FORGET_COPIES`` drops the copies that may hold it (the roll-back of
+what is current is a write, by ``service.write.rules``).
 """
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ class Erased:
 
 
 # A member's memories: naming them as speaker (by id or name, in any case), in a pair
-# scope of theirs, or written (created or changed) by one of their keys.
+# scope of theirs, or created by one of their keys. One that someone else created and she
+# only changed stays theirs (``EDITED``).
 MEMBER_MEMORIES = NamedSQL("""
 SELECT m.id FROM memories m
 WHERE m.workspace_id = :workspace
@@ -41,7 +47,7 @@ WHERE m.workspace_id = :workspace
        OR m.id IN (SELECT v.memory_id FROM memory_versions v
                    JOIN api_keys k ON k.workspace_id = v.workspace_id AND k.id = v.actor
                    WHERE v.workspace_id = :workspace AND k.member_id = :member
-                     AND v.operation IN ('created', 'modified')))
+                     AND v.operation = 'created'))
 FOR UPDATE OF m
 """)
 
@@ -101,15 +107,26 @@ WHERE workspace_id = :workspace AND (:store::text IS NULL OR store_id = :store)
 """)
 
 
-async def erase_member(conn: asyncpg.Connection, workspace_id: str, member: str) -> Erased | None:
-    """Erase a member, in the caller's transaction; ``None`` if there is no such member."""
+async def member_memories(
+    conn: asyncpg.Connection, workspace_id: str, member: str
+) -> tuple[list[str], list[str]] | None:
+    """A member's names (as a speaker is named) and her memories, locked; ``None`` if
+    there is no such member."""
     names: list[str] | None = await MEMBER_NAMES.fetchval(
         conn, workspace=workspace_id, member=member
     )
     if names is None:
         return None
     rows = await MEMBER_MEMORIES.fetch(conn, workspace=workspace_id, names=names, member=member)
-    return await _erase(conn, workspace_id, [r["id"] for r in rows], None, names)
+    return names, [r["id"] for r in rows]
+
+
+async def erase_memories(
+    conn: asyncpg.Connection, workspace_id: str, ids: list[str], names: list[str]
+) -> Erased:
+    """Erase a member's memories (``member_memories``) and every registration of her names,
+    in the caller's transaction."""
+    return await _erase(conn, workspace_id, ids, None, names)
 
 
 async def erase_speaker(
@@ -145,3 +162,125 @@ async def _erase(
         replays=row["replays"],
         speakers=int(forgot.split()[-1]),
     )
+
+
+# --- a member's edits of memories someone else wrote ------------------------------------------
+
+# What a redacted version says instead of what she wrote, and who it says wrote it: not her
+# key's id, which would still name her (the member and her keys outlive an erasure).
+ERASED_TEXT = "[erased]"
+ERASED_ACTOR = "erased member"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One version of a memory she edited, oldest first: whose it is and what it says."""
+
+    id: str
+    memory_id: str
+    hers: bool  # written by one of her keys
+    gone: bool  # redacted by an earlier erasure: what it says is no one's any more
+    text: str | None
+    metadata: dict[str, str] | None
+
+
+@dataclass(frozen=True)
+class Redaction:
+    """What of one version goes: its text (and hash), its metadata, its actor."""
+
+    version_id: str
+    text: bool
+    metadata: bool
+    actor: bool
+
+
+# Memories someone else wrote (not among hers) that one of her keys changed, locked.
+EDITED = NamedSQL("""
+SELECT m.id, m.text, m.metadata FROM memories m
+WHERE m.workspace_id = :workspace AND NOT (m.id = ANY (:hers::text[]))
+  AND m.id IN (SELECT v.memory_id FROM memory_versions v
+               JOIN api_keys k ON k.workspace_id = v.workspace_id AND k.id = v.actor
+               WHERE v.workspace_id = :workspace AND k.member_id = :member)
+ORDER BY m.id
+FOR UPDATE OF m
+""")
+
+# Their versions, oldest first (the order the versions list shows, reversed).
+HISTORY = NamedSQL("""
+SELECT v.id, v.memory_id, v.text, v.metadata, v.actor = :erased_actor AS gone,
+       EXISTS (SELECT 1 FROM api_keys k
+               WHERE k.workspace_id = v.workspace_id AND k.id = v.actor
+                 AND k.member_id = :member) AS hers
+FROM memory_versions v
+WHERE v.workspace_id = :workspace AND v.memory_id = ANY (:ids::text[])
+ORDER BY v.memory_id, v.id
+""")
+
+REDACT = NamedSQL("""
+UPDATE memory_versions v
+SET text = CASE WHEN r.text THEN :erased_text ELSE v.text END,
+    content_sha256 = CASE WHEN r.text THEN NULL ELSE v.content_sha256 END,
+    metadata = CASE WHEN r.metadata THEN NULL ELSE v.metadata END,
+    actor = CASE WHEN r.actor THEN :erased_actor ELSE v.actor END
+FROM unnest(:ids::text[], :texts::bool[], :metadatas::bool[], :actors::bool[])
+     AS r(id, text, metadata, actor)
+WHERE v.workspace_id = :workspace AND v.id = r.id
+""")
+
+# The copies of the edited memories that may hold what she wrote: replays of writes that
+# returned them, receivers' answers that may echo them, and the chunk vectors of a text
+# rolled back (a text change leaves them until the worker writes the new ones).
+FORGET_COPIES = NamedSQL("""
+WITH replays AS (
+    DELETE FROM idempotency_keys WHERE workspace_id = :workspace AND memory_ids && :ids::text[]
+    RETURNING 1
+), echoes AS (
+    UPDATE webhook_deliveries d SET last_error = 'erased'
+    FROM webhook_events e
+    WHERE e.workspace_id = :workspace AND e.memory_id = ANY (:ids::text[])
+      AND d.workspace_id = e.workspace_id AND d.event_id = e.id AND d.last_error IS NOT NULL
+), chunks AS (
+    DELETE FROM memory_chunks
+    WHERE workspace_id = :workspace AND memory_id = ANY (:rewritten::text[])
+)
+SELECT (SELECT count(*) FROM replays)::int
+""")
+
+
+async def edited(
+    conn: asyncpg.Connection, workspace_id: str, member: str, hers: list[str]
+) -> tuple[dict[str, asyncpg.Record], list[Step]]:
+    """The memories (not among ``hers``) the member changed, locked, by id; and their
+    versions, oldest first."""
+    rows = await EDITED.fetch(conn, workspace=workspace_id, member=member, hers=hers)
+    current = {r["id"]: r for r in rows}
+    steps = await HISTORY.fetch(
+        conn, workspace=workspace_id, member=member, ids=list(current), erased_actor=ERASED_ACTOR
+    )
+    return current, [
+        Step(r["id"], r["memory_id"], r["hers"], bool(r["gone"]), r["text"], r["metadata"])
+        for r in steps
+    ]
+
+
+async def redact(conn: asyncpg.Connection, workspace_id: str, redactions: list[Redaction]) -> None:
+    await REDACT.execute(
+        conn,
+        workspace=workspace_id,
+        ids=[r.version_id for r in redactions],
+        texts=[r.text for r in redactions],
+        metadatas=[r.metadata for r in redactions],
+        actors=[r.actor for r in redactions],
+        erased_text=ERASED_TEXT,
+        erased_actor=ERASED_ACTOR,
+    )
+
+
+async def forget_copies(
+    conn: asyncpg.Connection, workspace_id: str, ids: list[str], rewritten: list[str]
+) -> int:
+    """Drop the copies of the edited memories ``ids``; how many replays went."""
+    replays: int = await FORGET_COPIES.fetchval(
+        conn, workspace=workspace_id, ids=ids, rewritten=rewritten
+    )
+    return replays

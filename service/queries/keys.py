@@ -63,6 +63,12 @@ class Principal:
         return self.kind == "service"
 
     @property
+    def reads(self) -> bool:
+        """Whether this key may read memories at all (``memory:read``). A key that may
+        only write gets back what it wrote, never what was stored (SPEC §9)."""
+        return "memory:read" in self.scopes
+
+    @property
     def visibility(self) -> str:
         """What this key may read, as one string: two keys with the same visibility read
         exactly the same memories (the arguments of ``mneme_readable``). Whatever is kept

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 import asyncpg
 
@@ -213,19 +213,56 @@ async def list_speakers(conn: Conn, workspace_id: str, store_id: str) -> list[tu
     return [(r["name"], r["created_at"]) for r in rows]
 
 
+# Registrations to one store take turns on its row, so each counts the speakers the one
+# before it added and none goes past the limit. FOR NO KEY UPDATE: the writers of the
+# store's memories hold a key-share lock on it (SELECT_STORE_FOR_WRITE), which this lock
+# neither waits for nor blocks.
+LOCK_STORE_FOR_SPEAKERS = NamedSQL("""
+SELECT 1 FROM stores WHERE workspace_id = :workspace AND id = :store FOR NO KEY UPDATE
+""")
+
+# Counted in a statement after the lock: one statement sees the rows committed when it
+# started, before the lock's wait ended.
 INSERT_SPEAKER = NamedSQL("""
-INSERT INTO speakers (workspace_id, store_id, name) VALUES (:workspace, :store, :name)
-ON CONFLICT DO NOTHING
-RETURNING name, created_at
+WITH held AS (
+    SELECT count(*) AS n,
+           EXISTS (SELECT 1 FROM speakers WHERE workspace_id = :workspace
+                   AND store_id = :store AND name = :name) AS registered
+    FROM speakers WHERE workspace_id = :workspace AND store_id = :store
+), added AS (
+    INSERT INTO speakers (workspace_id, store_id, name)
+    SELECT :workspace, :store, :name FROM held WHERE NOT held.registered AND held.n < :limit
+    ON CONFLICT DO NOTHING
+    RETURNING created_at
+)
+SELECT held.n, held.registered, added.created_at FROM held LEFT JOIN added ON true
 """)
 
 
+@dataclass(frozen=True)
+class SpeakerAdded:
+    """What registering a speaker did: ``added`` (at ``created_at``); or nothing, since
+    the name is registered already (``exists``), the store has ``limit`` speakers
+    (``full``) or the store is gone."""
+
+    outcome: Literal["added", "exists", "full", "no store"]
+    created_at: datetime | None = None
+
+
 async def add_speaker(
-    conn: Conn, workspace_id: str, store_id: str, name: str
-) -> tuple[str, datetime] | None:
-    """``None`` when already registered."""
-    row = await INSERT_SPEAKER.fetchrow(conn, workspace=workspace_id, store=store_id, name=name)
-    return None if row is None else (row["name"], row["created_at"])
+    conn: asyncpg.Connection, workspace_id: str, store_id: str, name: str, *, limit: int
+) -> SpeakerAdded:
+    """Register ``name`` in the store unless it has ``limit`` speakers (``me`` aside)."""
+    async with conn.transaction():
+        values = {"workspace": workspace_id, "store": store_id}
+        if await LOCK_STORE_FOR_SPEAKERS.fetchval(conn, **values) is None:
+            return SpeakerAdded("no store")
+        row = await INSERT_SPEAKER.fetchrow(conn, **values, name=name, limit=limit)
+    assert row is not None  # held: always one row
+    if row["created_at"] is not None:
+        return SpeakerAdded("added", row["created_at"])
+    full = row["n"] >= limit and not row["registered"]
+    return SpeakerAdded("full" if full else "exists")
 
 
 DELETE_SPEAKER = NamedSQL("""
@@ -613,14 +650,29 @@ CROSS JOIN LATERAL (
     SELECT mneme_readable(coalesce(v.scope, m.scope), :is_service, :member, :rooms) AS readable
 ) seen
 WHERE v.workspace_id = :workspace AND v.memory_id = :memory_id
+  AND v.id < :before   -- keyset; VERSIONS_FROM_THE_TOP on the first page
 ORDER BY v.id DESC
+LIMIT :limit
 """)
+# Above every version id (ids are a prefix and lowercase base32, whose greatest digit is
+# z): the first page's bound, a real value so that it stays an index bound.
+VERSIONS_FROM_THE_TOP = "memver_" + "z" * 20
 
 
-async def list_versions(conn: Conn, principal: Principal, memory_id: str) -> list[Version]:
-    """A memory's versions, newest first (the caller reads the memory: checked before)."""
-    rows = await SELECT_VERSIONS.fetch(conn, memory_id=memory_id, **readable_by(principal))
-    return [Version(**r) for r in rows]
+async def list_versions(
+    conn: Conn, principal: Principal, memory_id: str, before: str | None, limit: int
+) -> tuple[list[Version], bool]:
+    """A page of a memory's versions, newest first (by id, which sorts by time): at most
+    ``limit`` older than the version ``before``; and whether more follow. The caller reads
+    the memory: checked before."""
+    rows = await SELECT_VERSIONS.fetch(
+        conn,
+        memory_id=memory_id,
+        before=VERSIONS_FROM_THE_TOP if before is None else before,
+        limit=limit + 1,
+        **readable_by(principal),
+    )
+    return [Version(**r) for r in rows[:limit]], len(rows) > limit
 
 
 # --- retention ----------------------------------------------------------------------------

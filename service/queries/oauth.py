@@ -14,6 +14,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import asyncpg
 
@@ -28,6 +29,7 @@ CODE_PREFIX = "mneme_ac_"
 CODE_TTL_S = 60
 REQUEST_TTL_S = 600  # a person has ten minutes to answer the consent page
 REFRESH_TTL_S = 30 * 24 * 3600  # a refresh token unused for 30 days is dead
+DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def new_secret(prefix: str) -> str:
@@ -62,6 +64,53 @@ async def client(conn: Conn, client_id: str) -> tuple[dict[str, Any], bytes | No
         return None
     secret = row["secret_sha256"]
     return json.loads(row["metadata"]), None if secret is None else bytes(secret)
+
+
+# Anyone may register, so what registration adds is bounded: one upsert per registration
+# counts it in its address's clock hour (its row lock serialises every process) and adds
+# nothing once the hour holds ``limit``.
+COUNT_REGISTRATION = NamedSQL("""
+WITH counted AS (
+    INSERT INTO oauth_registration_counts AS r (address, window_start, count)
+    VALUES (:address, date_trunc('hour', now()), 1)
+    ON CONFLICT (address, window_start) DO UPDATE SET count = r.count + 1
+    WHERE r.count < :limit
+    RETURNING count
+)
+SELECT EXISTS (SELECT FROM counted) AS allowed,
+       ceil(extract(epoch FROM date_trunc('hour', now()) + interval '1 hour' - now()))::int
+           AS retry_after
+""")
+
+
+async def count_registration(conn: Conn, address: str, limit: int) -> int | None:
+    """Count a registration from ``address``: ``None`` when allowed, else the seconds
+    until its hour is over (``Retry-After``)."""
+    row = await COUNT_REGISTRATION.fetchrow(conn, address=address, limit=limit)
+    assert row is not None
+    return None if row["allowed"] else max(1, row["retry_after"])
+
+
+# A client that never got a grant a day after registering is dropped (what an abandoned
+# or hostile registration leaves), unless someone is on its consent page right now; so are
+# the counts of hours gone by. In batches: the janitor comes back within a minute.
+PRUNE = NamedSQL("""
+WITH unused AS (
+    DELETE FROM oauth_clients WHERE id IN (
+        SELECT c.id FROM oauth_clients c
+        WHERE c.created_at < now() - interval '1 day'
+          AND NOT EXISTS (SELECT FROM oauth_grants g WHERE g.client_id = c.id)
+          AND NOT EXISTS (SELECT FROM oauth_requests r
+                          WHERE r.client_id = c.id AND r.expires_at > now())
+        LIMIT 10000
+    )
+)
+DELETE FROM oauth_registration_counts WHERE window_start < date_trunc('hour', now())
+""")
+
+
+async def prune(conn: Conn) -> None:
+    await PRUNE.execute(conn)
 
 
 # --- requests waiting on the consent page -------------------------------------------------
@@ -328,7 +377,7 @@ class Grant:
     key_id: str
     client_id: str
     client_name: str | None
-    redirect_hosts: list[str]
+    redirect_hosts: list[str]  # scheme://host[:port] of each redirect URI (redirect_target)
     scopes: list[str]
     store: str
     created_at: datetime
@@ -336,10 +385,23 @@ class Grant:
     revoked_at: datetime | None
 
 
-def redirect_host(uri: str) -> str:
-    """The host a redirect URI sends the person back to (what the consent page shows)."""
-    rest = uri.partition("://")[2]
-    return rest.split("/", 1)[0].rsplit("@", 1)[-1] or uri
+def redirect_target(uri: str) -> str:
+    """Where a redirect URI sends the browser: ``scheme://host``, with the port when it is
+    not the scheme's default, as urllib parses it. The consent page and Connected apps show
+    this; registration (``service.oauth.registration``) admits only URIs whose host urllib
+    and a browser read alike, and a URI that hides its host reads here as what it is
+    (``https://attacker.example?@claude.ai/cb`` is ``https://attacker.example``)."""
+    parts = urlsplit(uri)
+    host = parts.hostname or ""
+    if ":" in host:  # IPv6
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:  # not a port (an older row): a browser goes nowhere; name the host
+        port = None
+    if port is not None and port != DEFAULT_PORTS.get(parts.scheme):
+        host += f":{port}"
+    return f"{parts.scheme}://{host}"
 
 
 def _grant(row: asyncpg.Record) -> Grant:
@@ -349,7 +411,7 @@ def _grant(row: asyncpg.Record) -> Grant:
         key_id=row["key_id"],
         client_id=row["client_id"],
         client_name=metadata.get("client_name"),
-        redirect_hosts=sorted({redirect_host(u) for u in metadata.get("redirect_uris") or []}),
+        redirect_hosts=sorted({redirect_target(u) for u in metadata.get("redirect_uris") or []}),
         scopes=list(row["scopes"]),
         store=row["store"],
         created_at=row["created_at"],

@@ -35,6 +35,23 @@ SELECT coalesce(
 )
 """)
 
+# The versions of the stores whose snapshots a process holds (its sweep: a store changed
+# since, by an erasure too, has its snapshot dropped at once).
+VERSIONS = NamedSQL("""
+SELECT s.workspace_id, s.store_id, coalesce(v.version, 0) AS version
+FROM unnest(:workspaces::text[], :stores::text[]) AS s(workspace_id, store_id)
+LEFT JOIN store_versions v ON v.workspace_id = s.workspace_id AND v.store_id = s.store_id
+""")
+
+
+async def versions(
+    conn: asyncpg.Connection, keys: list[tuple[str, str]]
+) -> dict[tuple[str, str], int]:
+    """Each (workspace, store)'s version now, as ``load`` reads it."""
+    rows = await VERSIONS.fetch(conn, workspaces=[k[0] for k in keys], stores=[k[1] for k in keys])
+    return {(r["workspace_id"], r["store_id"]): int(r["version"]) for r in rows}
+
+
 # A search candidate's columns (service.queries.search.Candidate's fields, in order, but
 # for what ranking adds), as ROWS and FETCH both begin; service.retrieval.snapshots reads them by
 # position.

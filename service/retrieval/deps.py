@@ -14,6 +14,7 @@ from service.ops.meter import Meter
 from service.ops.metrics import Metrics
 from service.ops.toucher import Toucher
 from service.retrieval.snapshots import Snapshots
+from service.retrieval.speaker_names import SpeakerNames
 
 
 def untimed(name: str, seconds: float) -> None:
@@ -31,6 +32,7 @@ class SearchDeps:
     embedder: Embedder | None
     queries: QueryEncoder | None
     snapshots: Snapshots
+    speaker_names: SpeakerNames  # each store's, kept while its speakers are unchanged
     meter: Meter
     toucher: Toucher
     metrics: Metrics

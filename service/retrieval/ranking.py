@@ -19,7 +19,6 @@ it when both are candidates, whatever else it wins.
 
 from __future__ import annotations
 
-import functools
 import heapq
 import math
 import re
@@ -28,9 +27,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from service.queries.search import Candidate
-
-# A speaker every store has: the agent itself. "me" in a question is the asker, not it.
-SELF = "me"
+from service.retrieval.speaker_names import SELF as SELF, SpeakerMatcher
 
 
 @dataclass(frozen=True)
@@ -64,16 +61,12 @@ def features(c: Candidate, now: datetime) -> float:
     return importance * proof * superseded * recency
 
 
-@functools.lru_cache(maxsize=4096)
-def _word(name: str) -> re.Pattern[str]:
-    return re.compile(rf"(?<!\w){re.escape(name)}(?!\w)", re.IGNORECASE)
-
-
 def named_speaker(query: str, speakers: Iterable[str]) -> str | None:
     """The one registered speaker ``query`` names as a word (any case), or ``None`` when
-    it names none or several ("me" never counts: in a question it is the asker)."""
-    named = [s for s in speakers if s != SELF and s and _word(s).search(query)]
-    return named[0] if len(named) == 1 else None
+    it names none or several ("me" never counts: in a question it is the asker). A search
+    asks its store's matcher, built once for the store's speakers
+    (``speaker_names.SpeakerNames``); this builds one for ``speakers``."""
+    return SpeakerMatcher(speakers).named(query)
 
 
 MONTHS = (

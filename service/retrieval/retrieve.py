@@ -82,8 +82,7 @@ async def retrieve_and_render(
     planned_once = search_sql.planned_once(target.profile)
     pool = deps.read_planned_once_pool if planned_once else deps.read_pool
     now = datetime.now(UTC)
-    speakers = target.profile.speakers
-    named = ranking.named_speaker(req.query, speakers) if model.features else None
+    named = await _named_speaker(deps, req, target) if model.features else None
     period = ranking.named_period(req.query) if model.features else None
     main = main_retrieval(model, req, target.store.id, target.profile, target.reader)
     async with db.LazyConnection(pool) as lazy:
@@ -98,6 +97,17 @@ async def retrieve_and_render(
         found = await _retrieve(context, req, replace(main, vector=vector), ranks)
     deps.phase("retrieve", time.perf_counter() - started)
     return _render(deps, model, req, target.store, found)
+
+
+async def _named_speaker(deps: SearchDeps, req: SearchRequest, target: Target) -> str | None:
+    """The registered speaker the query names, by the store's matcher for its speakers."""
+    matcher = await deps.speaker_names.matcher(
+        deps.read_planned_once_pool,
+        target.reader.principal.workspace_id,
+        target.store.id,
+        target.profile.speakers_version,
+    )
+    return matcher.named(req.query)
 
 
 def per_arm_of(max_results: int) -> int:

@@ -24,6 +24,12 @@ read off the response path (one read per store at a time, at most one per ``relo
 per ten times the last read's duration, so a store written to all the time costs a
 bounded share of a core, not a read per search). Snapshots are dropped least recently
 used first beyond ``max_bytes``.
+
+A snapshot of a changed store is never searched, but it holds the text it was read with:
+an erasure's must not stay in memory until evicted. So every process checks the versions
+of the stores it holds snapshots of every ``sweep_s`` (one statement, only while it holds
+any) and drops those of changed stores; the process that made the erasure drops the
+workspace's at once (``drop_workspace``).
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ from service.queries.keys import Principal
 from service.queries.search import (
     BM25_B,
     BM25_K1,
+    MAX_QUERY_TERMS,
     Candidate,
     RetrievalRequest,
     SearchFilters,
@@ -196,14 +203,13 @@ class Snapshot:
         return _best(sims, int(np.count_nonzero(np.isfinite(sims))), limit)
 
     def text_arm(self, lexemes: Sequence[str], mask: npt.NDArray[np.bool_], limit: int) -> Proposal:
-        """Rows holding any of the query's lexemes, by BM25, best first (ties by id)."""
+        """Rows holding any of the query's lexemes, by BM25, best first (ties by id); of
+        those in the store, the ``MAX_QUERY_TERMS`` rarest, as the SQL arm takes them."""
         scores = np.zeros(len(self.ids), dtype=np.float64)
         matched = np.zeros(len(self.ids), dtype=bool)
-        for lexeme in set(lexemes):
-            posting = self.postings.get(lexeme)
-            if posting is None:
-                continue
-            rows, tf = posting
+        present = [(len(p[0]), w) for w in set(lexemes) if (p := self.postings.get(w)) is not None]
+        for _, lexeme in sorted(present)[:MAX_QUERY_TERMS]:
+            rows, tf = self.postings[lexeme]
             df = float(len(rows))
             idf = math.log(1 + (max(self.docs, df) - df + 0.5) / (df + 0.5))
             scores[rows] += idf * (tf * (K1 + 1)) / (tf + self.norm_length[rows])
@@ -378,11 +384,14 @@ class Snapshots:
         max_bytes: int,
         reload_s: float = 1.0,
         max_age_s: float = 60.0,
+        sweep_s: float = 1.0,
     ) -> None:
         self.pool = pool
         self.max_bytes = max_bytes
         self.reload_s = reload_s
         self.max_age_s = max_age_s
+        self.sweep_s = sweep_s
+        self._sweeper: asyncio.Task[None] | None = None
         self._by_store: OrderedDict[tuple[str, str], Snapshot] = OrderedDict()
         self._bytes = 0
         self._reading: dict[tuple[str, str], asyncio.Task[None]] = {}
@@ -412,6 +421,42 @@ class Snapshots:
         self._by_store.move_to_end(key)
         found.used_at = time.monotonic()
         return found
+
+    def drop_workspace(self, workspace_id: str) -> None:
+        """Forget the workspace's snapshots now: an erasure took text they may hold (the
+        next search of each store reads a new one)."""
+        for key in [k for k in self._by_store if k[0] == workspace_id]:
+            self._drop(key)
+
+    def _drop(self, key: tuple[str, str]) -> None:
+        self._bytes -= self._by_store.pop(key).nbytes
+
+    async def sweep(self) -> int:
+        """Drop the snapshots of stores changed since they were read: how many."""
+        held = list(self._by_store)
+        if not held:
+            return 0
+        async with self.pool.acquire() as conn:
+            now = await snapshot_sql.versions(conn, held)
+        stale = [
+            k for k, snap in self._by_store.items() if now.get(k, snap.version) != snap.version
+        ]
+        for key in stale:
+            self._drop(key)
+        return len(stale)
+
+    async def _sweep_while_held(self) -> None:
+        """``sweep`` every ``sweep_s`` until nothing is held (``_put`` starts it again)."""
+        while self._by_store:
+            await asyncio.sleep(self.sweep_s)
+            try:
+                await self.sweep()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the database away: the next sweep tries again
+                log.debug(
+                    "could not check the snapshots' versions", extra={"error": type(exc).__name__}
+                )
 
     def touch(self, workspace_id: str, store_id: str, ids: Iterable[str], at: datetime) -> None:
         found = self._by_store.get((workspace_id, store_id))
@@ -469,6 +514,10 @@ class Snapshots:
         while self._bytes > self.max_bytes:
             _, evicted = self._by_store.popitem(last=False)
             self._bytes -= evicted.nbytes
+        if self.sweep_s > 0 and (self._sweeper is None or self._sweeper.done()):
+            self._sweeper = asyncio.create_task(
+                self._sweep_while_held(), name="mneme-snapshot-sweep"
+            )
 
     @property
     def held_bytes(self) -> int:
@@ -481,6 +530,8 @@ class Snapshots:
 
     async def close(self) -> None:
         tasks: list[Any] = list(self._reading.values())
+        if self._sweeper is not None:
+            tasks.append(self._sweeper)
         for task in tasks:
             task.cancel()
         for task in tasks:

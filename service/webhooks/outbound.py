@@ -34,14 +34,18 @@ class Refused(OSError):
     """An address a webhook may not reach."""
 
 
-# IPv6 prefixes that carry an IPv4 address in their last 32 bits (NAT64, IPv4-compatible):
+# IPv6 prefixes that carry an IPv4 address in their last 32 bits (NAT64, IPv4-compatible,
+# IPv4-translated ``::ffff:0:a.b.c.d`` of RFC 2765/6145, which Python deems global):
 # what they reach is that IPv4 address, checked as such.
-IPV4_INSIDE = [ipaddress.ip_network(n) for n in ("64:ff9b::/96", "64:ff9b:1::/48", "::/96")]
+IPV4_INSIDE = [
+    ipaddress.ip_network(n) for n in ("64:ff9b::/96", "64:ff9b:1::/48", "::/96", "::ffff:0:0:0/96")
+]
 
 
 def public(address: str) -> bool:
     """Whether a webhook may reach ``address``: a global unicast address, an IPv6 form
-    wrapping an IPv4 one (mapped, NAT64, compatible, 6to4, Teredo) judged by that one."""
+    wrapping an IPv4 one (mapped, translated, NAT64, compatible, 6to4, Teredo) judged by
+    that one."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])  # an IPv6 zone is not the address
     if isinstance(ip, ipaddress.IPv6Address):
         if ip.is_site_local:

@@ -12,15 +12,20 @@ import hashlib
 import re
 import unicodedata
 
+import msgspec
+
 from service.ids import is_name
-from service.problems import Invalid
+from service.problems import Conflict, Invalid
 
 MAX_TEXT_BYTES = 102_400
 MAX_PATH_BYTES = 1024
 MAX_METADATA_KEYS = 16
+MAX_METADATA_BYTES = 64 * 1024  # encoded as compact JSON (UTF-8)
 MAX_IMAGE_BYTES = 5 * 1024 * 1024
 TIERS = ("core", "hindsight")
 STATUSES = ("active", "archived", "deleted")
+
+_json = msgspec.json.Encoder()
 
 # Magic numbers: the bytes must really be the type they claim.
 IMAGE_MAGIC: dict[str, tuple[bytes, ...]] = {
@@ -74,6 +79,14 @@ def check_speaker_name(name: str) -> str:
             param="name",
         )
     return name
+
+
+def speakers_full(store_name: str, limit: int) -> Conflict:
+    """The refusal of a speaker past its store's limit (MNEME_MAX_SPEAKERS_PER_STORE)."""
+    return Conflict(
+        f"Store {store_name!r} has {limit} speakers, the most a store may register "
+        "(MNEME_MAX_SPEAKERS_PER_STORE); remove one first"
+    )
 
 
 MAX_PROVIDER_CHARS = 64
@@ -173,6 +186,8 @@ def check_path(path: str) -> str:
 
 
 def check_metadata(metadata: dict[str, str]) -> dict[str, str]:
+    """At most 16 keys, no NUL, at most 64 KiB as JSON: every version of a memory keeps a
+    copy, so a big value costs again with each change."""
     if len(metadata) > MAX_METADATA_KEYS:
         raise Invalid(
             f"metadata has {len(metadata)} keys; at most {MAX_METADATA_KEYS} are allowed",
@@ -181,6 +196,15 @@ def check_metadata(metadata: dict[str, str]) -> dict[str, str]:
     for key, value in metadata.items():
         if "\x00" in key or "\x00" in value:
             raise Invalid("metadata must not contain NUL characters", param="metadata")
+    try:
+        size = len(_json.encode(metadata))
+    except UnicodeEncodeError:
+        raise Invalid("metadata is not valid UTF-8 (lone surrogate)", param="metadata") from None
+    if size > MAX_METADATA_BYTES:
+        raise Invalid(
+            f"metadata is {size} bytes as JSON; the limit is {MAX_METADATA_BYTES} bytes (64 KiB)",
+            param="metadata",
+        )
     return metadata
 
 

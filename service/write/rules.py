@@ -377,7 +377,7 @@ async def patch(
             memory = await memories.update(conn, ctx.workspace_id, existing.id, changes)
     except asyncpg.UniqueViolationError:
         # Restoring a deleted path-addressed memory whose path has been taken again.
-        raise Conflict(f"An active memory already has path {existing.path!r}") from None
+        raise Conflict("An active memory already has this memory's path") from None
     operation = version_operation(existing, memory)
     if operation is not None:
         await memories.add_version(conn, ctx.workspace_id, memory, operation, ctx.principal.key_id)

@@ -26,9 +26,9 @@ def check_supersedes(replacement: Memory, replaced: Memory) -> None:
     """A write's ``supersedes``: the writer reads both, so naming the scopes is safe."""
     if not covers(replacement.scope, replaced.scope):
         raise Invalid(
-            f"A memory in scope {replacement.scope!r} cannot supersede one in scope "
-            f"{replaced.scope!r}: its readers would not see the replacement. Write the "
-            "replacement in the same scope or in 'workspace'",
+            f"A memory in scope {replacement.scope!r} cannot supersede one in another "
+            "scope: its readers would not see the replacement. Write the replacement in "
+            "the scope of the memory it supersedes or in 'workspace'",
             param="supersedes",
         )
 

@@ -114,11 +114,14 @@ def service_principal(workspace_id: str, actor: str) -> Principal:
 async def register_speakers(
     conn: asyncpg.Connection,
     workspace_id: str,
-    store_id: str,
+    store: memories.Store,
     lines: list[tuple[int, items.MemoryIn]],
+    *,
+    limit: int,
 ) -> int:
-    """Register the speakers the lines name, by the same rules as POST .../speakers; how
-    many were new. A name those rules refuse is refused as its first line."""
+    """Register the speakers the lines name, by the same rules as POST .../speakers (at
+    most ``limit`` in the store); how many were new. A name those rules refuse is refused
+    as its first line."""
     named: dict[str, int] = {}  # each speaker, and the first line naming it
     for number, item in lines:
         if isinstance(item.speaker, str) and item.speaker != "me":
@@ -129,7 +132,10 @@ async def register_speakers(
             fields.check_speaker_name(speaker)
         except Problem as exc:
             raise exc.labelled(f"line {number}") from None
-        added += await memories.add_speaker(conn, workspace_id, store_id, speaker) is not None
+        done = await memories.add_speaker(conn, workspace_id, store.id, speaker, limit=limit)
+        if done.outcome == "full":
+            raise fields.speakers_full(store.name, limit).labelled(f"line {number}")
+        added += done.outcome == "added"
     return added
 
 
@@ -140,6 +146,7 @@ async def import_lines(
     lines: Iterable[tuple[int, bytes]],
     *,
     create_speakers: bool = False,
+    max_speakers: int,
     progress: Callable[[int], None] = lambda n: None,
 ) -> ImportResult:
     """Write (line number, JSON) pairs into ``store`` in transactions of ``BATCH`` lines.
@@ -158,7 +165,9 @@ async def import_lines(
                     break
             try:
                 if create_speakers:
-                    added = await register_speakers(conn, workspace_id, store.id, batch)
+                    added = await register_speakers(
+                        conn, workspace_id, store, batch, limit=max_speakers
+                    )
                     result.speakers_registered += added
                 written = await engine.apply_in(conn, rules.WriteContext(principal), checked)
             except Problem as exc:

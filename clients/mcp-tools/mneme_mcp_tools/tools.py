@@ -125,14 +125,16 @@ def _given(**values: Any) -> dict[str, Any]:
 
 
 def _memory(m: Json) -> dict[str, Any]:
-    """A written memory (the write API's object, camelCase) as the tool returns it."""
+    """A written memory (the write API's object, camelCase) as the tool returns it. A key
+    that may not read gets only a receipt (the id and what it sent), so any field may be
+    absent: null then."""
     return {
         "id": m["id"],
-        "text": m["text"],
+        "text": m.get("text"),
         "store": m.get("store"),
         "speaker": m.get("speaker"),
         "fact_type": m.get("factType"),
-        "scope": m["scope"],
+        "scope": m.get("scope"),
     }
 
 
@@ -167,7 +169,7 @@ def _hits(answer: Json) -> list[dict[str, Any]]:
 
 
 def _file(f: Json) -> dict[str, Any]:
-    found = {"id": f["id"], "path": f["path"], "content_sha256": f["content_sha256"]}
+    found = {"id": f["id"], "path": f.get("path"), "content_sha256": f.get("content_sha256")}
     return found if f.get("content") is None else {**found, "content": f["content"]}
 
 

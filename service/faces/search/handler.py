@@ -21,6 +21,7 @@ from service.app_keys import (
     READ_PLANNED_ONCE_POOL,
     READ_POOL,
     SNAPSHOTS,
+    SPEAKER_NAMES,
     TOUCHER,
 )
 from service.faces.search.request import MAX_QUERY_BYTES, parse_request
@@ -100,6 +101,7 @@ def search_deps(app: web.Application, phase: Callable[[str, float], None] = unti
         embedder=slot.embedder,
         queries=slot.queries,
         snapshots=app[SNAPSHOTS],
+        speaker_names=app[SPEAKER_NAMES],
         meter=app[METER],
         toucher=app[TOUCHER],
         metrics=app[METRICS],
