@@ -22,8 +22,9 @@ REFERENCE = {"workspaces", "members", "api_keys"} | {
     f"oauth_{name}" for name in ("clients", "requests", "grants", "codes", "tokens")
 }
 # Neither: the coordinator's own bookkeeping (the migration runner's; the janitor's lease,
-# which every replica asks through the coordinator).
-LOCAL = {"schema_migrations", "leases"}
+# which every replica asks through the coordinator; OAuth registrations counted per client
+# address, before anyone has said which workspace they are for).
+LOCAL = {"schema_migrations", "leases", "oauth_registration_counts"}
 
 TABLES = """
 SELECT c.oid, c.relname,
