@@ -207,6 +207,15 @@ class Server:
             self.proc.wait()
 
 
+async def wait_embedded(session: aiohttp.ClientSession, base: str) -> None:
+    """Until the service's embedding queue is empty (``/readyz``)."""
+    while True:
+        async with session.get(f"{base}/readyz") as r:
+            if (await r.json())["embeddingQueue"] == 0:
+                return
+        await asyncio.sleep(1)
+
+
 def write_results(name: str, results: dict[str, Any]) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"

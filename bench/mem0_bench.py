@@ -33,8 +33,8 @@ from typing import Any
 
 import aiohttp
 
-from bench.common import Server, load_turns, machine, summary_ms, write_results
-from bench.quality_bench import ask, load_queries, recall, turn_text, wait_embedded
+from bench.common import Server, load_turns, machine, summary_ms, wait_embedded, write_results
+from bench.quality_bench import ask, load_queries, recall, turn_text
 
 KEY = "bench-bootstrap-key-0123456789abcdef"
 HEADERS = {"Authorization": f"Bearer {KEY}"}

@@ -28,8 +28,8 @@ from typing import Any
 
 import aiohttp
 
-from bench import ranking_folds
-from bench.common import LOCOMO, Server, load_turns, machine, write_results
+from bench import personas, ranking_folds
+from bench.common import LOCOMO, Server, load_turns, machine, wait_embedded, write_results
 
 KEY = "bench-bootstrap-key-0123456789abcdef"
 HEADERS = {"Authorization": f"Bearer {KEY}"}
@@ -89,14 +89,6 @@ async def locomo_written(
             yield server, Path(tmp) / "data", ids
         finally:
             server.stop()
-
-
-async def wait_embedded(session: aiohttp.ClientSession, base: str) -> None:
-    while True:
-        async with session.get(f"{base}/readyz") as r:
-            if (await r.json())["embeddingQueue"] == 0:
-                return
-        await asyncio.sleep(1)
 
 
 def load_queries(stores: set[str]) -> list[dict[str, Any]]:
@@ -260,6 +252,9 @@ async def main() -> None:
             server.stop()
     if args.verify_only:  # a tuning run: print, keep the committed results
         return
+    # The other shape (issue 60): facts about a person, in the same run.
+    results["personas"] = await personas.measure()
+    print("\n".join(personas.table(results["personas"])), flush=True)
     path = write_results("quality", results)
     (path.parent / "quality.md").write_text(render(results))
 
@@ -312,6 +307,17 @@ def render(r: dict[str, Any]) -> str:
     if "folds" in r:
         http = r.get("Tablet 2", {}).get("1-4", {}).get("R@10")
         lines += ["", *ranking_folds.render(r["folds"], http)]
+    if "personas" in r:
+        lines += [
+            "",
+            "## Facts about a person (shared/data/personas, dev: 12 personas, 240 questions)",
+            "",
+            "Each persona a store, each question asked of its own store (max_results 10), scored",
+            "by the set's score.py; bench.persona_folds tunes the persona levers held out by",
+            "persona (bench/results/issue60-persona-folds.md).",
+            "",
+            *personas.table(r["personas"]),
+        ]
     return "\n".join(lines) + "\n"
 
 

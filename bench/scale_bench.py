@@ -32,10 +32,11 @@ from bench.common import (
     free_port,
     load_turns,
     machine,
+    wait_embedded,
     wait_ready,
     write_results,
 )
-from bench.quality_bench import HEADERS, KEY, ingest, load_queries, wait_embedded
+from bench.quality_bench import HEADERS, KEY, ingest, load_queries
 
 STORES = ["conv-41", "conv-42", "conv-43", "conv-44"]
 CLIENTS = 16

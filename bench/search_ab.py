@@ -25,8 +25,17 @@ from typing import Any
 
 import aiohttp
 
-from bench.common import ROOT, Server, checkout, load_turns, machine, summary_ms, write_results
-from bench.quality_bench import HEADERS, KEY, ask, ingest, load_queries, recall, wait_embedded
+from bench.common import (
+    ROOT,
+    Server,
+    checkout,
+    load_turns,
+    machine,
+    summary_ms,
+    wait_embedded,
+    write_results,
+)
+from bench.quality_bench import HEADERS, KEY, ask, ingest, load_queries, recall
 
 GAP_S = 0.02
 

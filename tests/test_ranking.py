@@ -7,10 +7,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
+import pytest
 
+from embeddings.model import SentenceTransformerEmbedder
 from service.queries.search import Candidate
 from service.retrieval import ranking, verify
-from tests.helpers import ADMIN, Client, search
+from tests.helpers import ADMIN, Client, search, seed
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
@@ -21,7 +23,7 @@ def cand(
     fts: float | None = None,
     *,
     in_vec: bool = True,
-    speaker: str | None = None,
+    speaker: str | None = "dana",  # a turn of a conversation; None: a fact noted alone
     superseded_by: str | None = None,
     importance: float = 0.5,
     written_after: str | None = None,
@@ -94,6 +96,64 @@ def test_a_superseded_memory_ranks_below_its_superseder_whatever_it_wins() -> No
 def test_a_supersession_cycle_still_ranks_everything() -> None:
     a, b = cand("a", 0.9, superseded_by="b"), cand("b", 0.5, superseded_by="a")
     assert sorted(order([a, b])) == ["a", "b"]
+
+
+def test_among_facts_noted_alone_a_shared_word_weighs_little() -> None:
+    # Facts an assistant noted (no speaker): the question shares only the person's name
+    # with "birthday" (a short memory, so BM25 scores it high); "dog" is the answer by
+    # meaning. Among turns of a conversation the same words would win.
+    facts = [cand("dog", 0.80, None, speaker=None), cand("birthday", 0.55, 6.0, speaker=None),
+             cand("other", 0.20, 2.0, speaker=None)]  # fmt: skip
+    assert order(facts)[0] == "dog"
+    turns = [cand("dog", 0.80, None), cand("birthday", 0.55, 6.0), cand("other", 0.20, 2.0)]
+    assert order(turns)[0] == "birthday"
+    # A fact whose vector is not made yet has only its words: they weigh fully.
+    fresh = [cand("new", None, 6.0, in_vec=False, speaker=None), *facts]
+    assert order(fresh)[:2] == ["dog", "new"]  # a tie with the best vector, by id
+    # A store of both: the share goes with the candidates' mix.
+    assert ranking.text_share(facts[:1] + turns[1:], ranking.DEFAULT_WEIGHTS) == (
+        pytest.approx((0.1 + 2 * 1.0) / 3)
+    )
+
+
+def test_facts_noted_alone_lend_nothing_to_their_neighbours() -> None:
+    near, far = cand("near", 0.40, speaker=None), cand("far", 0.45, speaker=None)
+    hit = cand("hit", 0.9, 6.0, speaker=None, written_after="near")
+    assert order([hit, near, far]) == ["hit", "far", "near"]
+
+
+def test_a_memory_that_replaced_another_inherits_what_that_one_matched() -> None:
+    # "Where does she live?" matches the old address best; the move is the answer now.
+    old = cand("old", 0.90, speaker=None, superseded_by="new")
+    new = cand("new", 0.40, speaker=None)
+    other = cand("other", 0.70, speaker=None)
+    assert order([old, new, other]) == ["new", "old", "other"]
+    # Along a chain: v3 replaced v2, which replaced v1.
+    chain = [cand("v1", 0.9, speaker=None, superseded_by="v2"),
+             cand("v2", 0.3, speaker=None, superseded_by="v3"), cand("v3", 0.2, speaker=None),
+             cand("x", 0.6, speaker=None)]  # fmt: skip
+    assert order(chain)[:3] == ["v3", "v2", "v1"]
+
+
+def test_what_a_question_asks_of_time_is_read() -> None:
+    assert ranking.asks("When did he adopt the dog?") == ranking.Asks(when=True)
+    assert ranking.asks("How old is Ada now?") == ranking.Asks(when=True, now=True)
+    assert ranking.asks("Who is she working for at the moment?") == ranking.Asks(now=True)
+    assert ranking.asks("What does her sister do?") == ranking.NOTHING_ASKED
+
+
+def test_a_when_question_favours_dated_memories_and_a_now_question_replacements() -> None:
+    dated = cand("dated", 0.50, speaker=None, event_date=datetime(2024, 3, 16, tzinfo=UTC))
+    undated, low = cand("undated", 0.55, speaker=None), cand("low", 0.10, speaker=None)
+    assert order([dated, undated, low]) == ["undated", "dated", "low"]
+    asked_when = ranking.Asks(when=True)
+    assert order([dated, undated, low], asked=asked_when) == ["dated", "undated", "low"]
+    # "now": a memory that replaced one among the candidates (here one that matched
+    # nothing of the question: inheritance alone would not lift it).
+    gone = cand("gone", 0.10, speaker=None, superseded_by="current")
+    current, rival = cand("current", 0.52, speaker=None), cand("rival", 0.55, speaker=None)
+    assert order([gone, current, rival])[0] == "rival"
+    assert order([gone, current, rival], asked=ranking.Asks(now=True))[0] == "current"
 
 
 def test_the_one_named_speaker_is_found_as_a_word_in_any_case() -> None:
@@ -447,3 +507,33 @@ async def test_verify_reaches_the_named_speakers_memory_through_http(client: Cli
     found = [m["id"] for m in verified["memories"]]
     assert len(found) == 10 and verified["verify_used"] == 1
     assert ids["Caroline"] in found[5:] and ids["Melanie"] not in found
+
+
+async def test_the_obvious_answer_comes_first_among_facts_about_a_person(
+    client: Client, db_url: str, embedder: SentenceTransformerEmbedder
+) -> None:
+    # Issue 60's report: short facts an assistant noted about one person, most naming
+    # him; asked "Does Marcus have a dog?", the greyhound came third behind short facts
+    # that shared only his name. Embedded with the real model.
+    facts = [
+        "Marcus adopted a rescue greyhound named Biscuit on 2024-03-16.",
+        "Marcus has a severe peanut allergy and always carries an EpiPen.",
+        "Marcus's birthday is on 9 November.",
+        "Marcus teaches chemistry at a secondary school.",
+        "Marcus runs along the river most mornings before work.",
+        "Prefers short, bullet-point replies over long paragraphs.",
+        "Lives in a terraced house in Headingley, Leeds.",
+    ]
+    ids = await seed(client, db_url, embedder, [{"text": t} for t in facts])
+    answer = await search(client, {"user_id": "default", "query": "Does Marcus have a dog?"})
+    assert answer["memories"][0]["id"] == ids[0], [m["content"] for m in answer["memories"]]
+    # An update replaces the address: asked where he lives now, the move comes first,
+    # the old address right after it.
+    [moved] = await seed(client, db_url, embedder, [{
+        "text": "Marcus moved from Leeds to Lisbon in December 2024 and rents a flat there.",
+        "supersedes": ids[6], "eventDate": "2024-12-14"}])  # fmt: skip
+    answer = await search(
+        client, {"user_id": "default", "query": "Which city is he based in these days?"}
+    )
+    top = [m["id"] for m in answer["memories"]]
+    assert top[0] == moved and top.index(ids[6]) > 0, [m["content"] for m in answer["memories"]]

@@ -32,13 +32,17 @@ from service.retrieval.speaker_names import SELF as SELF, SpeakerMatcher
 
 @dataclass(frozen=True)
 class Weights:
-    """What the fused score is made of; the defaults are what bench.quality_bench tunes
-    on the LoCoMo dev conversations (and reports leave one conversation out)."""
+    """What the fused score is made of; the defaults are tuned on both dev shapes at once,
+    LoCoMo's conversations and the personas' facts, and reported held out by conversation
+    and by persona (bench.ranking_folds, bench.persona_folds)."""
 
-    text: float = 1.0  # the full-text arm's share; the vector arm's is 1
+    text: float = 1.0  # the full-text arm's share among turns of a conversation; vectors: 1
     speaker: float = 0.4  # the named speaker's memories: x (1 + speaker)
-    neighbour: float = 0.3  # a candidate next to a lender: + neighbour x the lender's score
+    neighbour: float = 0.3  # a turn next to a lending turn: + neighbour x the lender's score
     period: float = 0.4  # a memory dated in the month or year the query names: x (1 + period)
+    text_facts: float = 0.1  # the full-text arm's share among standalone facts (``text_share``)
+    when: float = 0.2  # a question asking when: dated memories x (1 + when)
+    now: float = 0.2  # a question about the present: memories that replaced one x (1 + now)
 
 
 DEFAULT_WEIGHTS = Weights()
@@ -52,10 +56,14 @@ def similarity(c: Candidate) -> float:
     return 0.0 if c.cosine is None else max(0.0, min(1.0, (c.cosine + 1.0) / 2.0))
 
 
+# A replaced memory's factor (``features``); what it matched, its replacement inherits.
+SUPERSEDED = 0.6
+
+
 def features(c: Candidate, now: datetime) -> float:
     importance = 0.85 + 0.3 * c.importance  # 0.85 .. 1.15
     proof = 1.0 + 0.05 * math.log1p(max(0, (c.proof_count or 1) - 1))
-    superseded = 0.6 if c.superseded_by is not None else 1.0
+    superseded = SUPERSEDED if c.superseded_by is not None else 1.0
     idle_days = max(0.0, (now - c.last_used_at).total_seconds() / 86400)
     recency = 0.95 + 0.05 * math.exp(-idle_days / 90)
     return importance * proof * superseded * recency
@@ -104,6 +112,35 @@ class Period:
         )
 
 
+# What a question asks of time besides a named period (English): when something
+# happened, or how things stand now ("these days", "at the moment", "still").
+_WHEN = re.compile(
+    r"\b(when|how long ago|what date|which date|what year|which year|how old|since when)\b",
+    re.IGNORECASE,
+)
+_NOW = re.compile(
+    r"\b(now|these days|currently|current|at the moment|nowadays|anymore|still|today"
+    r"|at present|presently)\b",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class Asks:
+    """Whether a question asks when (dated memories answer it) or about the present (a
+    memory that replaced another is the present's)."""
+
+    when: bool = False
+    now: bool = False
+
+
+NOTHING_ASKED = Asks()
+
+
+def asks(query: str) -> Asks:
+    return Asks(when=_WHEN.search(query) is not None, now=_NOW.search(query) is not None)
+
+
 def named_period(query: str) -> Period | None:
     """The month and/or year ``query`` names ("in May", "in May 2023", "in 2022")."""
     month = year = None
@@ -113,6 +150,19 @@ def named_period(query: str) -> Period | None:
     if year is None and (named_year := _YEAR.search(query)):
         year = int(named_year.group(0))
     return None if month is None and year is None else Period(month, year)
+
+
+def text_share(pool: Sequence[Candidate], weights: Weights) -> float:
+    """The full-text arm's share for these candidates: ``weights.text`` among turns of a
+    conversation (memories with a speaker), ``weights.text_facts`` among standalone facts,
+    in proportion. A question about a conversation echoes the words said in it, and a
+    turn's vector is diluted by chat; a question about a fact an assistant noted is asked
+    in other words than the note's, so the words it shares with a note are mostly
+    coincidence (the person's name, "city" in "city bike"): bench/results/issue60-*.md."""
+    if not pool:
+        return weights.text
+    turns = sum(1 for c in pool if c.speaker is not None) / len(pool)
+    return weights.text * turns + weights.text_facts * (1.0 - turns)
 
 
 def fused(
@@ -125,13 +175,16 @@ def fused(
     low, high = (min(cosines), max(cosines)) if cosines else (0.0, 0.0)
     span = high - low
     best_text = max((c.fts_rank or 0.0 for c in pool), default=0.0) if fuse_text else 0.0
+    share = text_share(pool, weights)
 
     def score(c: Candidate) -> float:
         s = 0.0
         if c.cosine is not None:
             s = (c.cosine - low) / span if span > 0 else 1.0
         if best_text > 0 and c.fts_rank:
-            s += weights.text * c.fts_rank / best_text
+            # A memory whose vector is not made yet has only its words to go by: they
+            # weigh fully, so a fact just written is found at once (SPEC §3.1).
+            s += (share if c.cosine is not None else weights.text) * c.fts_rank / best_text
         return s
 
     return [(c, score(c)) for c in pool]
@@ -146,22 +199,26 @@ def scored(
     weights: Weights = DEFAULT_WEIGHTS,
     speaker: str | None = None,
     period: Period | None = None,
+    asked: Asks = NOTHING_ASKED,
 ) -> list[tuple[Candidate, float]]:
     """Best first, with the score. For a model with features: ``speaker``, the registered
     speaker the query names (``named_speaker``), whose memories are favoured; ``period``,
     the month or year it names (``named_period``), whose memories (by ``event_date``) are
-    favoured before anything is lent; and the
-    ``LENDERS`` best candidates by fused score lend part of it to the candidates written
-    right before and after them in their store and scope (``Candidate.written_after``):
-    evidence comes in runs, the turn before or after a strong hit is often part of the
-    answer."""
+    favoured before anything is lent, as dated memories are when it ``asked`` when, and
+    memories that replaced another when it asked about the present; the ``LENDERS`` best
+    turns of a conversation by fused score lend part of it to the turns written right
+    before and after them in their store and scope (``Candidate.written_after``): evidence
+    comes in runs, the turn before or after a strong hit is often part of the answer
+    (facts noted one by one are not runs); and a memory that replaced another ranks at
+    least as high as what that one matched (``inherited``), then right above it."""
     ranked = fused(cands, fuse_text=fuse_text, weights=weights)
     if not use_features:
         return sorted(ranked, key=lambda cs: (-cs[1], cs[0].id))
     if period is not None:
         dated = 1.0 + weights.period
         ranked = [(c, s * dated if period.holds(c.event_date) else s) for c, s in ranked]
-    borrowed = _borrowed(ranked, weights)
+    ranked = _asked(ranked, asked, weights)
+    borrowed = _borrowed([cs for cs in ranked if cs[0].speaker is not None], weights)
     boost = 1.0 + weights.speaker
     ranked = [
         (
@@ -172,7 +229,39 @@ def scored(
         )
         for c, s in ranked
     ]
-    return below_superseders(ranked)
+    return below_superseders(inherited(ranked))
+
+
+def _asked(
+    ranked: list[tuple[Candidate, float]], asked: Asks, weights: Weights
+) -> list[tuple[Candidate, float]]:
+    """Dated memories favoured for a question asking when; memories that replaced another
+    among the candidates for a question about the present."""
+    if asked.when:
+        dated = 1.0 + weights.when
+        ranked = [(c, s * dated if c.event_date is not None else s) for c, s in ranked]
+    if asked.now:
+        replacing = {c.superseded_by for c, _ in ranked if c.superseded_by is not None}
+        current = 1.0 + weights.now
+        ranked = [(c, s * current if c.id in replacing else s) for c, s in ranked]
+    return ranked
+
+
+def inherited(ranked: Sequence[tuple[Candidate, float]]) -> list[tuple[Candidate, float]]:
+    """Each memory's score, raised for one that replaced a candidate to what the replaced
+    one scored before it sank (along chains of replacements too): a question the old
+    version answers, the new one answers now ("Where does he live?" matches "Lives in
+    Leeds" best; "Moved from Leeds to Lisbon" is the answer)."""
+    score = {c.id: s for c, s in ranked}
+    replaced = [(c.id, c.superseded_by) for c, _ in ranked if c.superseded_by in score]
+    for _ in range(len(replaced)):  # a chain of n replacements settles in n rounds
+        changed = False
+        for old, new in replaced:
+            if score[old] / SUPERSEDED > score[new]:
+                score[new], changed = score[old] / SUPERSEDED, True
+        if not changed:
+            break
+    return [(c, score[c.id]) for c, _ in ranked]
 
 
 def _borrowed(ranked: Sequence[tuple[Candidate, float]], weights: Weights) -> dict[str, float]:

@@ -57,6 +57,7 @@ class SearchContext:
     now: datetime
     named_speaker: str | None  # the speaker the query names, for ranking
     named_period: ranking.Period | None  # the month or year it names, for ranking
+    asked: ranking.Asks  # whether it asks when, or about the present, for ranking
 
 
 @dataclass(frozen=True)
@@ -84,10 +85,11 @@ async def retrieve_and_render(
     now = datetime.now(UTC)
     named = await _named_speaker(deps, req, target) if model.features else None
     period = ranking.named_period(req.query) if model.features else None
+    asked = ranking.asks(req.query) if model.features else ranking.NOTHING_ASKED
     main = main_retrieval(model, req, target.store.id, target.profile, target.reader)
     async with db.LazyConnection(pool) as lazy:
         context = SearchContext(
-            deps, model, lazy, target.reader, target.snapshot, now, named, period
+            deps, model, lazy, target.reader, target.snapshot, now, named, period, asked
         )
         ranks = await _early_text_ranks(context, req, main)
         started = time.perf_counter()  # "embed": the wait for the vector
@@ -173,7 +175,11 @@ async def _retrieve(
         memories = [c for c, _ in ranked[: req.max_results]]
         if req.verify:
             order = pass_order(
-                ranked, now=context.now, speaker=context.named_speaker, period=context.named_period
+                ranked,
+                now=context.now,
+                speaker=context.named_speaker,
+                period=context.named_period,
+                asked=context.asked,
             )
             memories, verify_used = verify_passes(memories, order, req.max_results, req.verify)
     self_memories: list[Candidate] = []
@@ -222,6 +228,7 @@ async def _ranked(
         now=context.now,
         speaker=context.named_speaker,
         period=context.named_period,
+        asked=context.asked,
     )
 
 

@@ -36,6 +36,7 @@ def pass_order(
     now: datetime,
     speaker: str | None,
     period: ranking.Period | None,
+    asked: ranking.Asks = ranking.NOTHING_ASKED,
     weights: ranking.Weights = PASS_WEIGHTS,
 ) -> list[tuple[Candidate, float]]:
     """The order verify's passes draw on: the first pass's candidates ranked again with
@@ -55,6 +56,7 @@ def pass_order(
         weights=weights,
         speaker=speaker,
         period=period,
+        asked=asked,
     )
 
 
