@@ -17,22 +17,26 @@ recall@10 (categories 1-4) per side.
 
     .venv/bin/pip install -e '.[bench]'
     .venv/bin/python -m bench.mem0_bench [--stores conv-41,conv-42,conv-43,conv-44] [--rounds 1]
+    .venv/bin/python -m bench.mem0_bench --personas   # recall on the persona shape
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import random
 import statistics
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from bench import personas
 from bench.common import Server, load_turns, machine, summary_ms, wait_embedded, write_results
 from bench.quality_bench import ask, load_queries, recall, turn_text
 
@@ -68,6 +72,19 @@ class Mem0:
             user_id=store, infer=False, metadata={"dia_id": dia_id},
         )  # fmt: skip
         assert len(out["results"]) == 1, out
+
+    def note(self, store: str, text: str, ref: str) -> str:
+        """One fact, as written (no LLM): mem0's id for it."""
+        out = self.memory.add(
+            [{"role": "user", "content": text}], user_id=store, infer=False,
+            metadata={"dia_id": ref},
+        )  # fmt: skip
+        [added] = out["results"]
+        return str(added["id"])
+
+    def replace(self, memory_id: str, text: str, ref: str) -> None:
+        """An update, as mem0 takes one: the old memory's text replaced."""
+        self.memory.update(memory_id, text, metadata={"dia_id": ref})
 
     def search(self, store: str, question: str, k: int) -> list[str]:
         # threshold 0: every hit counts, as Mneme returns max_results whatever their score.
@@ -108,6 +125,21 @@ async def timed_sync(seconds: list[float], fn: Any, *args: Any) -> Any:
     return result
 
 
+@contextlib.asynccontextmanager
+async def both_sides(
+    prefix: str,
+) -> AsyncIterator[tuple[Server, Mem0, aiohttp.ClientSession]]:
+    """A fresh ``mneme serve`` (worker on), mem0 on its PostgreSQL, and a client session."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        server = Server(Path(tmp) / "data", KEY, MNEME_WORKER="on")
+        try:
+            await server.ready()
+            async with aiohttp.ClientSession(headers=HEADERS) as session:
+                yield server, Mem0(server.database_url(), Path(tmp)), session
+        finally:
+            server.stop()
+
+
 async def run(stores: list[str], rounds: int, seed: int) -> dict[str, Any]:
     rng = random.Random(seed)
     turns = [t for t in load_turns() if t.store in stores]
@@ -116,58 +148,51 @@ async def run(stores: list[str], rounds: int, seed: int) -> dict[str, Any]:
         "machine": machine(), "stores": stores, "turns": len(turns), "questions": len(queries),
         "rounds": rounds, "seed": seed,
     }  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="mneme-mem0-") as tmp:
-        server = Server(Path(tmp) / "data", KEY, MNEME_WORKER="on")
-        try:
-            await server.ready()
-            mem0 = Mem0(server.database_url(), Path(tmp))
-            async with aiohttp.ClientSession(headers=HEADERS) as session:
-                base = server.base
-                for store in stores:
-                    async with session.post(
-                        f"{base}/api/v1/forward/memory_stores", json={"name": store}
-                    ) as r:
-                        assert r.status == 201, await r.text()
-                    for speaker in sorted({t.speaker for t in turns if t.store == store}):
-                        url = f"{base}/api/v1/stores/{store}/speakers"
-                        async with session.post(url, json={"name": speaker}) as r:
-                            assert r.status == 201, await r.text()
+    async with both_sides("mneme-mem0-") as (server, mem0, session):
+        base = server.base
+        for store in stores:
+            async with session.post(
+                f"{base}/api/v1/forward/memory_stores", json={"name": store}
+            ) as r:
+                assert r.status == 201, await r.text()
+            for speaker in sorted({t.speaker for t in turns if t.store == store}):
+                url = f"{base}/api/v1/stores/{store}/speakers"
+                async with session.post(url, json={"name": speaker}) as r:
+                    assert r.status == 201, await r.text()
 
-                print(f"writing {len(turns)} turns to both…", flush=True)
-                ids: dict[str, dict[str, str]] = {s: {} for s in stores}
-                writes: dict[str, list[float]] = {"mneme": [], "mem0": []}
-                for t in turns:
-                    content = f"{t.speaker}: {turn_text(t.text, t.image_caption)}"
-                    for side in rng.sample(["mneme", "mem0"], 2):
-                        if side == "mneme":
-                            mid = await timed(writes["mneme"], mneme_add(session, base, t))
-                            ids[t.store][mid] = t.dia_id
-                        else:
-                            await timed_sync(writes["mem0"], mem0.add, t.store, content, t.dia_id)
-                await wait_embedded(session, base)
+        print(f"writing {len(turns)} turns to both…", flush=True)
+        ids: dict[str, dict[str, str]] = {s: {} for s in stores}
+        writes: dict[str, list[float]] = {"mneme": [], "mem0": []}
+        for t in turns:
+            content = f"{t.speaker}: {turn_text(t.text, t.image_caption)}"
+            for side in rng.sample(["mneme", "mem0"], 2):
+                if side == "mneme":
+                    mid = await timed(writes["mneme"], mneme_add(session, base, t))
+                    ids[t.store][mid] = t.dia_id
+                else:
+                    await timed_sync(writes["mem0"], mem0.add, t.store, content, t.dia_id)
+        await wait_embedded(session, base)
 
-                print(f"asking {len(queries)} questions x {rounds} of both…", flush=True)
-                searches: dict[str, list[float]] = {"mneme": [], "mem0": []}
-                timings: list[dict[str, float]] = []
-                ranked: dict[str, dict[str, list[str]]] = {"mneme": {}, "mem0": {}}
-                for q in queries[:20]:  # warm-up, both sides alike
-                    await ask(session, base, q, ids, model="Tablet 2", max_results=10)
-                    mem0.search(q["store"], q["question"], 10)
-                for _ in range(rounds):
-                    for q in rng.sample(queries, len(queries)):
-                        for side in rng.sample(["mneme", "mem0"], 2):
-                            if side == "mneme":
-                                found = await timed(searches["mneme"], ask(
-                                    session, base, q, ids, model="Tablet 2", max_results=10,
-                                    timings=timings,
-                                ))  # fmt: skip
-                            else:
-                                found = await timed_sync(
-                                    searches["mem0"], mem0.search, q["store"], q["question"], 10
-                                )
-                            ranked[side][q["qid"]] = found
-        finally:
-            server.stop()
+        print(f"asking {len(queries)} questions x {rounds} of both…", flush=True)
+        searches: dict[str, list[float]] = {"mneme": [], "mem0": []}
+        timings: list[dict[str, float]] = []
+        ranked: dict[str, dict[str, list[str]]] = {"mneme": {}, "mem0": {}}
+        for q in queries[:20]:  # warm-up, both sides alike
+            await ask(session, base, q, ids, model="Tablet 2", max_results=10)
+            mem0.search(q["store"], q["question"], 10)
+        for _ in range(rounds):
+            for q in rng.sample(queries, len(queries)):
+                for side in rng.sample(["mneme", "mem0"], 2):
+                    if side == "mneme":
+                        found = await timed(searches["mneme"], ask(
+                            session, base, q, ids, model="Tablet 2", max_results=10,
+                            timings=timings,
+                        ))  # fmt: skip
+                    else:
+                        found = await timed_sync(
+                            searches["mem0"], mem0.search, q["store"], q["question"], 10
+                        )
+                    ranked[side][q["qid"]] = found
 
     for side in ("mneme", "mem0"):
         results[side] = {
@@ -190,6 +215,25 @@ async def run(stores: list[str], rounds: int, seed: int) -> dict[str, Any]:
         "write_p50": round(m["write"]["p50_ms"] / z["write"]["p50_ms"], 3),
     }
     return results
+
+
+async def run_personas() -> dict[str, Any]:
+    """The dev personas written to both (an update: Mneme's ``supersedes``, mem0's
+    ``update`` of the old memory), every question asked of both; score.py's figures."""
+    async with both_sides("mneme-mem0-personas-") as (server, mem0, session):
+        ids = await personas.ingest(session, server.base)
+        await wait_embedded(session, server.base)
+        theirs: dict[str, str] = {}  # the set's id -> mem0's
+        for m in personas.load("memories.jsonl"):
+            if m.get("supersedes"):
+                theirs[m["id"]] = theirs[m["supersedes"]]
+                mem0.replace(theirs[m["id"]], m["text"], m["id"])
+            else:
+                theirs[m["id"]] = mem0.note(m["store"], m["text"], m["id"])
+        mneme = await personas.ask_all(session, server.base, ids, "Tablet 2")
+        questions = personas.load("queries.jsonl")
+        found = {q["qid"]: mem0.search(q["store"], q["question"], 10) for q in questions}
+    return {"machine": machine(), "mneme": personas.score(mneme), "mem0": personas.score(found)}
 
 
 def render(r: dict[str, Any]) -> str:
@@ -243,7 +287,23 @@ async def main() -> None:
     parser.add_argument("--stores", default=DEFAULT_STORES, help="LoCoMo conversations")
     parser.add_argument("--rounds", type=int, default=1, help="times each question is asked")
     parser.add_argument("--seed", type=int, default=12)
+    parser.add_argument(
+        "--personas", action="store_true", help="recall on the dev personas instead (issue 60)"
+    )
     args = parser.parse_args()
+    if args.personas:
+        side = await run_personas()
+        path = write_results("mem0-personas", side)
+        table = personas.table({"Mneme (Tablet 2)": side["mneme"], "mem0 2.2.1": side["mem0"]})
+        mach = side["machine"]
+        path.with_suffix(".md").write_text(
+            "# Mneme vs mem0 on the dev personas (`bench.mem0_bench --personas`)\n\n"
+            f"Run {mach['date']} on {mach['cpu']}, {mach['cores']} cores; one run, both "
+            "sides on the same embedded PostgreSQL and MiniLM weights; mem0 `infer=False`, an "
+            "update replaces the old memory's text (`Memory.update`).\n\n" + "\n".join(table) + "\n"
+        )
+        print("\n".join(table))
+        return
     results = await run(args.stores.split(","), args.rounds, args.seed)
     path = write_results("mem0", results)
     (path.parent / "mem0.md").write_text(render(results))
