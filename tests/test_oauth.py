@@ -572,6 +572,8 @@ async def test_a_redirect_uri_that_hides_its_host_is_refused_at_registration(
         "https://cl%61ude.ai/cb",  # percent-encoding in the host
         "https://claude.ai:/cb",  # a netloc that is not just the host and port
         "https://0x7f.1/cb",  # a browser goes to 127.0.0.1
+        "https://[claude.ai/cb",  # an IPv6 bracket left open: not a URL (was a 500)
+        "https://claude.ai]/cb",
     ):
         status, body = await register_status(base, redirect_uris=[uri])
         assert status == 400 and body["error"] == "invalid_redirect_uri", (uri, body)

@@ -98,7 +98,10 @@ def _redirect_problem(uri: str) -> str | None:
             return "holds '@' (userinfo, or what a reader takes for it)"
         if c == "\\" or unicodedata.category(c)[0] in "CZ":
             return f"holds {c!r}, which browsers and parsers read differently"
-    parts = urlsplit(uri)
+    try:
+        parts = urlsplit(uri)
+    except ValueError:  # "https://[claude.ai/cb": an IPv6 bracket left open
+        return "is not a URL"
     host = parts.hostname or ""
     if not host:
         return "names no host"
