@@ -371,7 +371,9 @@ async def test_a_worker_killed_mid_batch_loses_nothing(
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        for _ in range(600):  # wait until it holds the batch
+        # Wait until it holds the batch: a fresh process loads the model first, which took
+        # over 30 s on a loaded 2-core machine (seen 2026-12-07, two suites side by side).
+        for _ in range(2400):
             leased = await pool.fetchval(
                 "SELECT count(*) FROM memories WHERE embedding_lease_until > now()"
             )
