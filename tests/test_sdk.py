@@ -106,6 +106,13 @@ def test_add_get_update_versions_delete_round_trip_with_snake_case_fields(
     assert [v.operation for v in versions] == ["modified", "created"]  # newest first
     assert versions[0].created_at >= versions[1].created_at
 
+    # The whole trail, whatever its length: the service answers it 100 versions a page.
+    for i in range(110):
+        client.update(m.id, metadata={"n": str(i)})
+    trail = client.versions(m.id)
+    assert len(trail) == 112 and len({v.id for v in trail}) == 112
+    assert [v.operation for v in trail[-2:]] == ["modified", "created"]
+
     client.delete(m.id)
     assert client.get(m.id).raw["status"] == "deleted"  # the tombstone
     client.delete(m.id, purge=True)

@@ -201,12 +201,24 @@ function clearDetail() {
   $("restore").hidden = true;
 }
 
+// A memory's whole trail, with each version's text, page by page (100 at most a page).
+async function allVersions(id) {
+  const base = `/api/v1/memories/${encodeURIComponent(id)}/versions?include=text&limit=100`;
+  const data = [];
+  for (let cursor = null, first = true; first || cursor; first = false) {
+    const page = await api("GET", cursor ? `${base}&cursor=${encodeURIComponent(cursor)}` : base);
+    data.push(...page.data);
+    cursor = page.has_more ? page.next_cursor : null;
+  }
+  return { data };
+}
+
 async function openDetail(id) {
   clearDetail(); // nothing of the memory open before stays, nor can be archived, if this fails
   try {
     const [m, versions] = await Promise.all([
       api("GET", `/api/v1/memories/${encodeURIComponent(id)}`),
-      api("GET", `/api/v1/memories/${encodeURIComponent(id)}/versions?include=text`),
+      allVersions(id),
     ]);
     current = m;
     $("detail").hidden = false;
@@ -399,7 +411,7 @@ async function openFileView(memoryId) {
   try {
     const [file, versions] = await Promise.all([
       api("GET", fileUrl(memoryId)),
-      api("GET", `/api/v1/memories/${encodeURIComponent(memoryId)}/versions?include=text`),
+      allVersions(memoryId),
     ]);
     openFile = file;
     $("file").hidden = false;

@@ -161,7 +161,7 @@ class AsyncMneme:
         await self._t.send(_memories.delete(id, purge))
 
     async def versions(self, id: str) -> list[Version]:
-        return await self._t.send(_memories.versions(id))
+        return [v async for v in self._t.iterate(_memories.versions(id))]
 
     def browse(
         self, limit: int | None = None, **filters: Unpack[BrowseFilters]

@@ -38,11 +38,19 @@ def delete(memory_id: str, purge: bool) -> Call[None]:
     return Call("DELETE", f"{BASE}/{seg(memory_id)}", done, params=params, write=True)
 
 
-def versions(memory_id: str) -> Call[list[Version]]:
-    def parse(body: Json) -> list[Version]:
-        return [Version.from_json(v) for v in body["data"]]
+def versions(memory_id: str, cursor: str | None = None) -> Call[Page[Version]]:
+    """A page of a memory's versions, newest first (the service answers 100 at most a
+    page); the next by ``next_cursor``."""
 
-    return Call("GET", f"{BASE}/{seg(memory_id)}/versions", parse)
+    def parse(body: Json) -> Page[Version]:
+        more = body.get("has_more") and body.get("next_cursor")
+        return Page(
+            [Version.from_json(v) for v in body["data"]],
+            versions(memory_id, body["next_cursor"]) if more else None,
+        )
+
+    params = {"limit": "100", **({"cursor": cursor} if cursor else {})}
+    return Call("GET", f"{BASE}/{seg(memory_id)}/versions", parse, params=params)
 
 
 def browse(

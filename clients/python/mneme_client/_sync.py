@@ -182,7 +182,7 @@ class Mneme:
 
     def versions(self, id: str) -> list[Version]:
         """A memory's audit trail, newest first."""
-        return self._t.send(_memories.versions(id))
+        return list(self._t.iterate(_memories.versions(id)))
 
     def browse(
         self, limit: int | None = None, **filters: Unpack[BrowseFilters]

@@ -143,9 +143,11 @@ export class Mneme {
     return this.#t.send(memories.remove(id, options.purge ?? false));
   }
 
-  /** A memory's audit trail, newest first. */
-  versions(id: string): Promise<Version[]> {
-    return this.#t.send(memories.versions(id));
+  /** A memory's whole audit trail, newest first (fetched page by page). */
+  async versions(id: string): Promise<Version[]> {
+    const all: Version[] = [];
+    for await (const v of this.#t.iterate(memories.versions(id))) all.push(v);
+    return all;
   }
 
   /** Every memory the filters let through, page by page of `limit` scanned memories

@@ -34,9 +34,20 @@ export function remove(id: string, purge: boolean): Call<void> {
   return { method: "DELETE", path: `${BASE}/${seg(id)}`, parse: done, params, write: true };
 }
 
-export function versions(id: string): Call<Version[]> {
-  const parse = (body: Json): Version[] => (body.data as Json[]).map(version);
-  return { method: "GET", path: `${BASE}/${seg(id)}/versions`, parse };
+/** A page of a memory's versions, newest first (at most 100 a page); the next by
+ * `next_cursor`. */
+export function versions(id: string, cursor?: string): Call<Page<Version>> {
+  const parse = (body: Json): Page<Version> => {
+    const next =
+      body.has_more && typeof body.next_cursor === "string" ? body.next_cursor : undefined;
+    return {
+      items: (body.data as Json[]).map(version),
+      next: next === undefined ? null : versions(id, next),
+    };
+  };
+  const params: Record<string, string> = { limit: "100" };
+  if (cursor !== undefined) params.cursor = cursor;
+  return { method: "GET", path: `${BASE}/${seg(id)}/versions`, parse, params };
 }
 
 /** A page of browse. A page may hold fewer than `limit` memories (filters apply to the

@@ -38,6 +38,12 @@ test("add, get, update, versions, delete and purge round-trip with camelCase fie
   assert.match(versions[0]!.id, /^memver_/);
   assert.equal(versions[0]!.status, "active");
   assert.equal(versions[0]!.raw.id, versions[0]!.id);
+  // The whole trail, whatever its length: the service answers it 100 versions a page.
+  for (let i = 0; i < 110; i++) await m.update(dave.id, { metadata: { n: String(i) } });
+  const trail = await m.versions(dave.id);
+  assert.equal(trail.length, 112);
+  assert.equal(new Set(trail.map((v) => v.id)).size, 112);
+  assert.deepEqual(trail.slice(-2).map((v) => v.operation), ["modified", "created"]);
 
   assert.equal(await m.delete(dave.id), undefined);
   assert.equal((await m.get(dave.id)).raw.status, "deleted"); // the tombstone
