@@ -43,8 +43,7 @@ async def add_speaker(request: web.Request) -> web.Response:
         raise Conflict("Speaker 'me' (the agent itself) always exists")
     workspace = principal_of(request).workspace_id
     limit = request.app[SETTINGS].max_speakers_per_store
-    async with request.app[POOL].acquire() as conn:
-        added = await memories.add_speaker(conn, workspace, store.id, name, limit=limit)
+    added = await memories.add_speaker(request.app[POOL], workspace, store.id, name, limit=limit)
     if added.outcome == "no store":  # deleted since it was looked up
         raise NotFound(f"Store {store.id!r} not found")
     if added.outcome == "exists":

@@ -250,9 +250,13 @@ class SpeakerAdded:
 
 
 async def add_speaker(
-    conn: asyncpg.Connection, workspace_id: str, store_id: str, name: str, *, limit: int
+    conn: Conn, workspace_id: str, store_id: str, name: str, *, limit: int
 ) -> SpeakerAdded:
-    """Register ``name`` in the store unless it has ``limit`` speakers (``me`` aside)."""
+    """Register ``name`` in the store unless it has ``limit`` speakers (``me`` aside): on a
+    connection of the caller's (an import's), or one of ``conn`` when it is a pool."""
+    if isinstance(conn, asyncpg.Pool):
+        async with conn.acquire() as own:
+            return await add_speaker(own, workspace_id, store_id, name, limit=limit)
     async with conn.transaction():
         values = {"workspace": workspace_id, "store": store_id}
         if await LOCK_STORE_FOR_SPEAKERS.fetchval(conn, **values) is None:
